@@ -1,0 +1,232 @@
+"""The speculative decoding loop, and target-only decoding as its baseline.
+
+One round, for every policy:
+
+    1. draft   - the draft model proposes tokens one forward pass at a time, until the
+                 policy's budget is spent or the policy says stop (or it proposes EOS);
+    2. verify  - the target scores the whole proposal in one forward pass;
+    3. accept  - greedy: the longest prefix the target agrees with, then the target's own
+                 token; sampling: rejection sampling, which keeps the target's distribution;
+    4. update  - both KV caches drop what was rejected;
+    5. record  - a `Round` with tokens, probabilities, verdict and timings.
+
+Caches follow transformers' assisted generation, so pass counts and tokens match it: the
+target cache holds every committed token but the last (it is fed with the proposal), and at
+each round start the draft re-reads the last two committed tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from .policies import DraftStep, Policy
+from .trace import Baseline, Round, Trace
+
+if TYPE_CHECKING:
+    from .models import ModelPair
+
+
+class CachedModel:
+    """A causal LM with its KV cache; `length` is how many tokens the cache holds."""
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int, device: torch.device):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.vocab_size = vocab_size
+        self.device = device
+        self.cache = DynamicCache(config=model.config)
+        self.length = 0
+
+    def forward(self, token_ids: list[int], keep: int = 1) -> torch.Tensor:
+        """Feed tokens after the cached ones; return fp32 logits for the last `keep` of them."""
+        inputs = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+        output = self.model(input_ids=inputs, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        self.length += len(token_ids)
+        return output.logits[0, -keep:, : self.vocab_size].float()
+
+    def crop(self, length: int) -> None:
+        """Forget every cached token after the first `length`."""
+        if self.length > length:
+            self.cache.crop(-(self.length - length))  # transformers 5: a negative count removes tokens
+            self.length = length
+
+
+class Sampler:
+    """Greedy (temperature 0) or seeded sampling, used the same way by draft, target and baseline."""
+
+    def __init__(self, temperature: float = 0.0, seed: int | None = None, device: torch.device | None = None):
+        self.temperature = temperature
+        self.generator = None
+        if temperature > 0:
+            self.generator = torch.Generator(device=device or "cpu")
+            self.generator.manual_seed(0 if seed is None else seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def distribution(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(logits if self.greedy else logits / self.temperature, dim=-1)
+
+    def pick(self, distribution: torch.Tensor) -> int:
+        if self.greedy:
+            return int(distribution.argmax())
+        return int(torch.multinomial(distribution, 1, generator=self.generator))
+
+    def uniform(self) -> float:
+        return float(torch.rand((), generator=self.generator, device=self.generator.device))
+
+
+# ---- the five steps of a round -----------------------------------------------------------
+
+
+def draft(drafter: CachedModel, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+          eos_ids: frozenset[int]) -> tuple[list[int], list[float], list[torch.Tensor]]:
+    """Propose up to `budget` tokens: ids, the draft's probability for each, its distributions."""
+    ids: list[int] = []
+    probs: list[float] = []
+    distributions: list[torch.Tensor] = []
+    if budget <= 0:
+        return ids, probs, distributions
+    drafter.crop(max(0, len(sequence) - 2))
+    feed = sequence[drafter.length:]
+    for index in range(budget):
+        distribution = sampler.distribution(drafter.forward(feed)[-1])
+        token = sampler.pick(distribution)
+        prob = float(distribution[token])
+        ids.append(token)
+        probs.append(prob)
+        distributions.append(distribution)
+        feed = [token]
+        entropy = float(torch.special.entr(distribution).sum())
+        if token in eos_ids or not policy.keep_drafting(DraftStep(index, token, prob, entropy)):
+            break
+    return ids, probs, distributions
+
+
+def verify(verifier: CachedModel, sequence: list[int], proposal: list[int]) -> torch.Tensor:
+    """The target's logits after each committed-or-proposed token: len(proposal) + 1 rows."""
+    feed = sequence[verifier.length:] + proposal
+    return verifier.forward(feed, keep=len(proposal) + 1)
+
+
+def accept_greedy(proposal: list[int], target_logits: torch.Tensor) -> tuple[int, int]:
+    """Longest prefix the target agrees with, and the target's own next token."""
+    predicted = target_logits.argmax(dim=-1).tolist()
+    accepted = 0
+    while accepted < len(proposal) and proposal[accepted] == predicted[accepted]:
+        accepted += 1
+    return accepted, predicted[accepted]
+
+
+def accept_sampling(proposal: list[int], draft_distributions: list[torch.Tensor], target_logits: torch.Tensor,
+                    sampler: Sampler) -> tuple[int, int]:
+    """Speculative sampling: keep token x with probability min(1, p(x)/q(x)); on rejection draw from
+    the normalized max(0, p - q); if all are kept, draw a bonus token from p."""
+    target_distributions = sampler.distribution(target_logits)
+    for i, token in enumerate(proposal):
+        p, q = target_distributions[i], draft_distributions[i]
+        if sampler.uniform() < min(1.0, float(p[token] / q[token])):
+            continue
+        residual = torch.clamp(p - q, min=0.0)
+        total = float(residual.sum())
+        return i, sampler.pick(residual / total if total > 0 else p)
+    return len(proposal), sampler.pick(target_distributions[len(proposal)])
+
+
+def _commit(proposal: list[int], accepted: int, target_token: int, room: int,
+            eos_ids: frozenset[int]) -> tuple[list[int], bool]:
+    """The tokens this round adds, cut after an EOS or at the answer budget; and whether EOS was hit."""
+    tokens = (proposal[:accepted] + [target_token])[:room]
+    for i, token in enumerate(tokens):
+        if token in eos_ids:
+            return tokens[: i + 1], True
+    return tokens, False
+
+
+# ---- the loop ----------------------------------------------------------------------------
+
+
+def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
+             temperature: float = 0.0, seed: int | None = None,
+             should_stop: Callable[[], bool] | None = None) -> Trace:
+    """Speculative decoding of one prompt under one lookahead policy.
+
+    `should_stop` is checked between rounds; it lets a caller end the run early (a time budget,
+    a cancelled request), in which case the trace is marked `stop_reason="stopped"`.
+    """
+    sampler = Sampler(temperature, seed, pair.device)
+    drafter = CachedModel(pair.draft, pair.vocab_size, pair.device)
+    verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
+    sequence = list(prompt_ids)
+    answer: list[int] = []
+    rounds: list[Round] = []
+    stop_reason = "max_new_tokens"
+    started = time.perf_counter()
+    with torch.inference_mode():
+        while len(answer) < max_new_tokens:
+            if should_stop is not None and should_stop():
+                stop_reason = "stopped"
+                break
+            room = max_new_tokens - len(answer)
+            # One slot is kept for the target's own token, as transformers does.
+            budget = max(0, min(policy.start_round(len(answer)), room - 1))
+            threshold = policy.threshold
+
+            t0 = time.perf_counter()
+            proposal, probs, distributions = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
+            t1 = time.perf_counter()
+            target_logits = verify(verifier, sequence, proposal)
+            if sampler.greedy:
+                accepted, target_token = accept_greedy(proposal, target_logits)
+            else:
+                accepted, target_token = accept_sampling(proposal, distributions, target_logits, sampler)
+            t2 = time.perf_counter()
+
+            committed, hit_eos = _commit(proposal, accepted, target_token, room, pair.eos_token_ids)
+            accepted = min(accepted, len(committed))
+            verifier.crop(len(sequence) + accepted)  # the draft re-syncs itself at its next round
+            sequence += committed
+            answer += committed
+            policy.end_round(len(proposal), accepted, probs)
+            rounds.append(Round(
+                index=len(rounds), position=len(answer) - len(committed), budget=budget,
+                draft_ids=proposal, draft_probs=probs, accepted=accepted,
+                target_id=target_token if len(committed) > accepted else None,
+                draft_s=t1 - t0, verify_s=t2 - t1, threshold=threshold,
+            ))
+            if hit_eos:
+                stop_reason = "eos"
+                break
+    return Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=answer, rounds=rounds,
+                 wall_s=time.perf_counter() - started, stop_reason=stop_reason, temperature=temperature,
+                 seed=seed if temperature > 0 else None)
+
+
+def target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0,
+                seed: int | None = None, should_stop: Callable[[], bool] | None = None) -> Baseline:
+    """Plain autoregressive decoding with the target alone: one forward pass per token."""
+    sampler = Sampler(temperature, seed, pair.device)
+    verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
+    feed = list(prompt_ids)
+    answer: list[int] = []
+    stop_reason = "max_new_tokens"
+    started = time.perf_counter()
+    with torch.inference_mode():
+        while len(answer) < max_new_tokens:
+            if should_stop is not None and should_stop():
+                stop_reason = "stopped"
+                break
+            token = sampler.pick(sampler.distribution(verifier.forward(feed)[-1]))
+            answer.append(token)
+            feed = [token]
+            if token in pair.eos_token_ids:
+                stop_reason = "eos"
+                break
+    return Baseline(token_ids=answer, wall_s=time.perf_counter() - started, stop_reason=stop_reason,
+                    temperature=temperature, seed=seed if temperature > 0 else None)

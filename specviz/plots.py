@@ -1,0 +1,203 @@
+"""Plotly figures for a `Comparison`: lookahead per round, and tokens produced per target pass.
+
+Each policy keeps one colour everywhere (`POLICY_COLORS`, from the Okabe-Ito palette, which stays
+distinguishable with the common forms of colour blindness). Every plotted series carries
+`meta = {"label", "policy", "series"}` so tests and callers can find it without relying on order.
+"""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+from .trace import Comparison, Round, Trace
+
+# Okabe-Ito colours. Yellow (#F0E442) is left out: it is unreadable on a white background.
+POLICY_COLORS: dict[str, str] = {
+    "static": "#0072B2",  # blue
+    "heuristic": "#E69F00",  # orange
+    "dynamic": "#009E73",  # bluish green
+    "oracle": "#CC79A7",  # reddish purple
+    "adaptive": "#D55E00",  # vermillion
+    "entropy": "#56B4E9",  # sky blue
+}
+_FALLBACK_COLORS = ["#000000", "#8C564B", "#7F7F7F", "#17BECF"]  # for policies not listed above
+ORACLE_LINE_COLOR = "#555555"
+BASELINE_LINE_COLOR = "#777777"
+
+# Two runs of the same policy (e.g. "static k=3" and "static k=5") share a colour, so they are
+# told apart by marker shape instead.
+_SYMBOLS = ["circle", "square", "diamond", "triangle-up", "pentagon", "star"]
+
+FONT_SIZE = 15
+
+
+def policy_color(policy: str, index: int = 0) -> str:
+    """The colour for a policy name; unknown names get a fallback picked by their index."""
+    return POLICY_COLORS.get(policy, _FALLBACK_COLORS[index % len(_FALLBACK_COLORS)])
+
+
+def _styles(comparison: Comparison) -> list[tuple[str, str]]:
+    """(colour, marker symbol) for each trace, in order."""
+    seen: dict[str, int] = {}
+    styles = []
+    for i, t in enumerate(comparison.traces):
+        repeat = seen.get(t.policy, 0)
+        seen[t.policy] = repeat + 1
+        styles.append((policy_color(t.policy, i), _SYMBOLS[repeat % len(_SYMBOLS)]))
+    return styles
+
+
+def _base_layout(fig: go.Figure, title: str, x_title: str, y_title: str) -> None:
+    fig.update_layout(
+        title=title,
+        template="plotly_white",
+        font={"size": FONT_SIZE},
+        xaxis_title=x_title,
+        yaxis_title=y_title,
+        # Horizontal legend above the plot; clicking an entry hides that policy's whole group.
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0,
+                "groupclick": "togglegroup"},
+        hovermode="closest",
+        margin={"t": 110},
+    )
+
+
+# ---- lookahead per round -------------------------------------------------------------------
+
+
+def _oracle_at(r: Round, comparison: Comparison) -> int | None:
+    if r.oracle_ideal is not None:
+        return r.oracle_ideal
+    ideal = comparison.oracle_ideal
+    if ideal is not None and 0 <= r.position < len(ideal):
+        return ideal[r.position]
+    return None
+
+
+def _round_hover(t: Trace, r: Round, comparison: Comparison) -> str:
+    probs = ", ".join(f"{p:.2f}" for p in r.draft_probs) or "none"
+    oracle = _oracle_at(r, comparison)
+    # Plotly renders hover text as a small HTML subset, so the label is escaped.
+    return "<br>".join([
+        f"<b>{html.escape(t.label)}</b>",
+        f"round {r.index}, position {r.position}",
+        f"drafted {r.lookahead}, accepted {r.accepted}",
+        f"draft p: {probs}",
+        f"oracle ideal: {'n/a' if oracle is None else oracle}",
+    ])
+
+
+def _oracle_line(ideal: list[int]) -> go.Scatter:
+    return go.Scatter(
+        x=list(range(len(ideal))),
+        y=list(ideal),
+        name="oracle ideal",
+        mode="lines",
+        line={"shape": "hv", "color": ORACLE_LINE_COLOR, "width": 2, "dash": "dot"},
+        hovertemplate="position %{x}<br>oracle ideal %{y}<extra></extra>",
+        uid="oracle-ideal",
+        meta={"label": "oracle ideal", "policy": None, "series": "oracle_ideal"},
+    )
+
+
+def _round_markers(t: Trace, comparison: Comparison, color: str, symbol: str, series: str) -> go.Scatter:
+    """One policy's drafted (hollow) or accepted (filled) markers."""
+    drafted = series == "drafted"
+    return go.Scatter(
+        x=[r.position for r in t.rounds],
+        y=[r.lookahead if drafted else r.accepted for r in t.rounds],
+        name=t.label,
+        legendgroup=t.label,
+        showlegend=drafted,  # one legend entry per policy; the group toggles both series
+        mode="markers",
+        marker={
+            "color": color,
+            "symbol": f"{symbol}-open" if drafted else symbol,
+            "size": 11 if drafted else 8,
+            "line": {"width": 2, "color": color},
+        },
+        text=[_round_hover(t, r, comparison) for r in t.rounds],
+        hovertemplate="%{text}<extra>" + series + "</extra>",
+        uid=f"{t.label}:{series}",
+        meta={"label": t.label, "policy": t.policy, "series": series},
+    )
+
+
+def _largest_lookahead(comparison: Comparison) -> int:
+    drafted = [r.lookahead for t in comparison.traces for r in t.rounds]
+    return max(drafted + list(comparison.oracle_ideal or []) + [1])
+
+
+def _integer_y_axis(fig: go.Figure, top: int) -> None:
+    # Start a little below 0 so markers at 0 are not cut in half by the plot edge; whole-number
+    # ticks while there are few of them.
+    fig.update_yaxes(range=[-0.5, top + 0.5], dtick=1 if top <= 10 else None)
+
+
+def lookahead_figure(comparison: Comparison) -> go.Figure:
+    """Per round: how many tokens were drafted (hollow) and accepted (filled), by answer position."""
+    fig = go.Figure()
+    if comparison.oracle_ideal is not None:  # None for sampling runs: no single ideal exists
+        fig.add_trace(_oracle_line(comparison.oracle_ideal))
+    for t, (color, symbol) in zip(comparison.traces, _styles(comparison)):
+        fig.add_trace(_round_markers(t, comparison, color, symbol, "drafted"))
+        fig.add_trace(_round_markers(t, comparison, color, symbol, "accepted"))
+    _base_layout(
+        fig,
+        "Lookahead per round: drafted (hollow) vs accepted (filled)",
+        "token position in the answer",
+        "tokens",
+    )
+    _integer_y_axis(fig, _largest_lookahead(comparison))
+    return fig
+
+
+# ---- tokens per target pass ----------------------------------------------------------------
+
+
+def cumulative_tokens(trace: Trace) -> list[int]:
+    """Committed answer tokens after 0, 1, 2, ... target passes.
+
+    Capped at `trace.new_tokens`: the last round can commit past a stop (EOS, token limit) and
+    those tokens are not part of the answer.
+    """
+    totals = [0]
+    for r in trace.rounds:
+        totals.append(min(totals[-1] + len(r.committed_ids), trace.new_tokens))
+    return totals
+
+
+def progress_figure(comparison: Comparison) -> go.Figure:
+    """Tokens produced against target passes, with target-only decoding as the line y = x."""
+    fig = go.Figure()
+    passes = comparison.baseline.target_passes
+    fig.add_trace(go.Scatter(
+        x=[0, passes],
+        y=[0, passes],
+        name="target-only (1 token per pass)",
+        mode="lines",
+        line={"color": BASELINE_LINE_COLOR, "dash": "dash", "width": 2},
+        hovertemplate="target-only<br>%{x} passes, %{y} tokens<extra></extra>",
+        uid="target-only",
+        meta={"label": "target-only", "policy": None, "series": "baseline"},
+    ))
+    for t, (color, symbol) in zip(comparison.traces, _styles(comparison)):
+        totals = cumulative_tokens(t)
+        fig.add_trace(go.Scatter(
+            x=list(range(len(totals))),
+            y=totals,
+            name=t.label,
+            legendgroup=t.label,
+            mode="lines+markers",
+            line={"color": color, "width": 2},
+            marker={"color": color, "symbol": symbol, "size": 6},
+            hovertemplate=html.escape(t.label) + "<br>%{x} passes, %{y} tokens<extra></extra>",
+            uid=f"{t.label}:progress",
+            meta={"label": t.label, "policy": t.policy, "series": "progress"},
+        ))
+    _base_layout(fig, "Tokens produced per target pass", "target forward passes", "tokens produced")
+    fig.update_xaxes(rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
+    return fig

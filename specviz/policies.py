@@ -1,0 +1,232 @@
+"""Lookahead policies: how many tokens the draft model guesses before the target verifies.
+
+Every policy answers three questions the engine asks in each round:
+
+    start_round(position)  -> the most tokens to draft this round
+    keep_drafting(step)    -> after drafting a token, draft another one?
+    end_round(drafted, accepted, probs) -> learn from the target's verdict
+
+Policies know nothing about models: they see positions, token ids and probabilities only,
+which is why they can be unit-tested on scripted inputs and replayed counterfactually.
+Parameter names follow transformers' assisted generation where a counterpart exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SpecVizError
+
+MAX_LOOKAHEAD = 64  # more draft tokens per round than this is never useful and only burns memory
+
+
+@dataclass(frozen=True)
+class DraftStep:
+    """What the draft just produced: the `index`-th token (0-based) of this round."""
+
+    index: int
+    token_id: int
+    prob: float  # the draft's probability for the token it produced
+    entropy: float = 0.0  # entropy (nats) of the draft's next-token distribution at this step
+
+
+class Policy:
+    """Base class: draft a fixed budget, never stop early, learn nothing."""
+
+    name = "policy"
+
+    def start_round(self, position: int) -> int:
+        raise NotImplementedError
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        return True
+
+    def end_round(self, drafted: int, accepted: int, probs: Sequence[float]) -> None:
+        pass
+
+    @property
+    def threshold(self) -> float | None:
+        """The confidence threshold in force, for policies that have one (recorded per round)."""
+        return None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+def _check_lookahead(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecVizError(f"{what} must be a whole number, got {value!r}.")
+    if not 1 <= value <= MAX_LOOKAHEAD:
+        raise SpecVizError(f"{what} must be between 1 and {MAX_LOOKAHEAD}, got {value}.")
+    return value
+
+
+def _check_threshold(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise SpecVizError(f"The confidence threshold must be a number between 0 and 1, got {value!r}.")
+    return float(value)
+
+
+class Static(Policy):
+    """Draft `num_assistant_tokens` tokens every round (fewer only where the answer budget ends)."""
+
+    name = "static"
+
+    def __init__(self, num_assistant_tokens: int = 5):
+        self.num_assistant_tokens = _check_lookahead(num_assistant_tokens, "Static lookahead k")
+
+    def start_round(self, position: int) -> int:
+        return self.num_assistant_tokens
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"num_assistant_tokens": self.num_assistant_tokens}
+
+    @property
+    def label(self) -> str:
+        return f"static k={self.num_assistant_tokens}"
+
+
+class Heuristic(Policy):
+    """transformers' schedule: +2 after a fully accepted round, -1 otherwise, never below 1."""
+
+    name = "heuristic"
+
+    def __init__(self, num_assistant_tokens: int = 5):
+        self.start = _check_lookahead(num_assistant_tokens, "Heuristic starting lookahead")
+        self.num_assistant_tokens = self.start
+
+    def start_round(self, position: int) -> int:
+        return self.num_assistant_tokens
+
+    def end_round(self, drafted: int, accepted: int, probs: Sequence[float]) -> None:
+        if accepted == drafted:
+            self.num_assistant_tokens += 2
+        else:
+            self.num_assistant_tokens = max(1, self.num_assistant_tokens - 1)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"num_assistant_tokens": self.start}
+
+    @property
+    def label(self) -> str:
+        return f"heuristic k0={self.start}"
+
+
+class Dynamic(Policy):
+    """Stop drafting after the first token whose draft probability is below the threshold.
+
+    That token is still sent for verification, as in transformers' `assistant_confidence_threshold`.
+    """
+
+    name = "dynamic"
+
+    def __init__(self, assistant_confidence_threshold: float = 0.4, max_tokens: int = 20):
+        self._threshold = _check_threshold(assistant_confidence_threshold)
+        self.max_tokens = _check_lookahead(max_tokens, "Dynamic maximum lookahead")
+
+    def start_round(self, position: int) -> int:
+        return self.max_tokens
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        return step.prob >= self._threshold
+
+    @property
+    def threshold(self) -> float:
+        return self._threshold
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"assistant_confidence_threshold": self._threshold, "max_tokens": self.max_tokens}
+
+    @property
+    def label(self) -> str:
+        return f"dynamic t={self._threshold:g}"
+
+
+class Oracle(Policy):
+    """Drafts exactly as many tokens as the target will accept, known in advance.
+
+    `budgets` maps a round's start position to its ideal lookahead; it is computed by
+    `oracle.py` from the reference continuation, feeding the draft the way the engine does.
+    Positions not in the map (only reachable if the run leaves the reference) fall back to
+    `ideal`, the ideal lookahead at every position, then to 1.
+    """
+
+    name = "oracle"
+
+    def __init__(self, budgets: Mapping[int, int], ideal: Sequence[int] = ()):
+        self.budgets = dict(budgets)
+        self.ideal = list(ideal)
+
+    def start_round(self, position: int) -> int:
+        if position in self.budgets:
+            return self.budgets[position]
+        return self.ideal[position] if position < len(self.ideal) else 1
+
+
+# ---- mode strings: "static:5,heuristic:5,dynamic:0.4,oracle" --------------------------------
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """A policy to run, as named on the command line or in the UI."""
+
+    policy: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+DEFAULT_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
+POLICY_NAMES = ("static", "heuristic", "dynamic", "oracle")
+
+
+def parse_modes(text: str) -> list[ModeSpec]:
+    """Parse `static:5,heuristic:5,dynamic:0.4[:20],oracle` into mode specs, validating each."""
+    specs = []
+    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+        name, _, arg = part.partition(":")
+        name = name.strip().lower()
+        if name not in POLICY_NAMES:
+            raise SpecVizError(f"Unknown mode {name!r}: choose from {', '.join(POLICY_NAMES)}.")
+        args = [a for a in arg.split(":") if a] if arg else []
+        try:
+            if name in ("static", "heuristic"):
+                params = {"num_assistant_tokens": int(args[0]) if args else 5}
+            elif name == "dynamic":
+                params = {"assistant_confidence_threshold": float(args[0]) if args else 0.4,
+                          "max_tokens": int(args[1]) if len(args) > 1 else 20}
+            else:
+                params = {}
+        except ValueError:
+            raise SpecVizError(f"Cannot read the settings in mode {part!r}.") from None
+        spec = ModeSpec(name, params)
+        if name != "oracle":
+            make_policy(spec)  # validates the numbers now, before any model work
+        specs.append(spec)
+    if not specs:
+        raise SpecVizError("No modes given: use e.g. " + DEFAULT_MODES)
+    return specs
+
+
+def make_policy(spec: ModeSpec, oracle: Oracle | None = None) -> Policy:
+    """A fresh policy for one run (policies carry state, so never share one across runs)."""
+    if spec.policy == "static":
+        return Static(**spec.params)
+    if spec.policy == "heuristic":
+        return Heuristic(**spec.params)
+    if spec.policy == "dynamic":
+        return Dynamic(**spec.params)
+    if spec.policy == "oracle":
+        if oracle is None:
+            raise SpecVizError("The oracle needs a greedy reference run.")
+        return oracle
+    raise SpecVizError(f"Unknown policy {spec.policy!r}.")
+

@@ -1,0 +1,274 @@
+"""Records of what a speculative decoding run did, the metrics derived from them, and export.
+
+A `Round` is one draft-then-verify step. A `Trace` is one policy's whole run. A `Comparison`
+holds one prompt's baseline (target-only decoding) and the traces of every policy run on it,
+and is what the CLI writes as JSON and the app can load back without any model.
+
+Counting follows DESIGN.md: one target forward pass per round (the prompt prefill is merged
+into the first round), one draft forward pass per drafted token.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class Round:
+    """One round: the draft proposes `draft_ids`, the target verifies them in one pass."""
+
+    index: int
+    position: int  # answer tokens committed before this round
+    budget: int  # most tokens the policy allowed this round
+    draft_ids: list[int]
+    draft_probs: list[float]  # the draft's probability for each token it proposed
+    accepted: int  # leading draft tokens the target kept
+    target_id: int | None  # the target's own token: correction or bonus (None if the run ended first)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    threshold: float | None = None  # confidence threshold in force, for threshold policies
+    oracle_ideal: int | None = None  # the oracle's ideal lookahead at `position` (greedy runs)
+    draft_texts: list[str] = field(default_factory=list)  # display text of each draft token
+    target_text: str | None = None
+
+    @property
+    def lookahead(self) -> int:
+        return len(self.draft_ids)
+
+    @property
+    def rejected(self) -> int:
+        return self.lookahead - self.accepted
+
+    @property
+    def committed_ids(self) -> list[int]:
+        tail = [] if self.target_id is None else [self.target_id]
+        return self.draft_ids[: self.accepted] + tail
+
+    @property
+    def target_kind(self) -> str | None:
+        """'bonus' when every draft token was accepted, 'correction' otherwise."""
+        if self.target_id is None:
+            return None
+        return "bonus" if self.accepted == self.lookahead else "correction"
+
+
+@dataclass
+class Trace:
+    """One policy's run on one prompt."""
+
+    policy: str  # e.g. "static"
+    label: str  # e.g. "static k=5"
+    params: dict[str, Any]
+    token_ids: list[int]
+    rounds: list[Round]
+    wall_s: float
+    stop_reason: str  # "eos", "max_new_tokens", "stopped" (time budget or cancel)
+    temperature: float = 0.0
+    seed: int | None = None
+    text: str = ""
+    lossless: bool | None = None  # output identical to the target-only baseline
+    first_difference: int | None = None  # first differing answer position, when not identical
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def target_passes(self) -> int:
+        return len(self.rounds)
+
+    @property
+    def draft_passes(self) -> int:
+        return sum(r.lookahead for r in self.rounds)
+
+    @property
+    def drafted(self) -> int:
+        return self.draft_passes
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.rounds)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """vLLM's mean acceptance length: tokens committed per target pass, 1 + accepted / rounds."""
+        return 1.0 + self.accepted / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def draft_s(self) -> float:
+        return sum(r.draft_s for r in self.rounds)
+
+    @property
+    def verify_s(self) -> float:
+        return sum(r.verify_s for r in self.rounds)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def per_position_acceptance(self) -> list[float]:
+        """Acceptance rate of the i-th draft token of a round, over rounds that drafted it."""
+        longest = max((r.lookahead for r in self.rounds), default=0)
+        rates = []
+        for i in range(longest):
+            offered = [r for r in self.rounds if r.lookahead > i]
+            rates.append(sum(r.accepted > i for r in offered) / len(offered))
+        return rates
+
+
+@dataclass
+class Baseline:
+    """Target-only decoding: the reference for the lossless check and the base of every speedup."""
+
+    token_ids: list[int]
+    wall_s: float
+    stop_reason: str
+    temperature: float = 0.0
+    seed: int | None = None
+    text: str = ""
+
+    @property
+    def target_passes(self) -> int:
+        return len(self.token_ids)
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where two token lists differ, or None if identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@dataclass
+class Comparison:
+    """One prompt run through the baseline and several policies."""
+
+    preset: str
+    prompt: str
+    max_new_tokens: int
+    baseline: Baseline
+    traces: list[Trace]
+    temperature: float = 0.0
+    seed: int | None = None
+    prompt_tokens: int = 0
+    oracle_ideal: list[int] | None = None  # ideal lookahead at every answer position (greedy)
+    partial: bool = False  # the run was cut short (time budget or stop)
+
+    def speedup(self, trace: Trace) -> float:
+        return self.baseline.wall_s / trace.wall_s if trace.wall_s > 0 else 0.0
+
+    def trace(self, label: str) -> Trace:
+        for t in self.traces:
+            if t.label == label:
+                return t
+        raise KeyError(label)
+
+    # ---- export -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "preset": self.preset,
+            "prompt": self.prompt,
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "prompt_tokens": self.prompt_tokens,
+            "partial": self.partial,
+            "oracle_ideal": self.oracle_ideal,
+            "baseline": {
+                "token_ids": self.baseline.token_ids,
+                "text": self.baseline.text,
+                "target_passes": self.baseline.target_passes,
+                "wall_s": self.baseline.wall_s,
+                "stop_reason": self.baseline.stop_reason,
+            },
+            "modes": [self._mode_dict(t) for t in self.traces],
+        }
+
+    def _mode_dict(self, t: Trace) -> dict[str, Any]:
+        return {
+            "name": t.label,
+            "policy": t.policy,
+            "params": t.params,
+            "token_ids": t.token_ids,
+            "text": t.text,
+            "target_passes": t.target_passes,
+            "draft_passes": t.draft_passes,
+            "drafted": t.drafted,
+            "accepted": t.accepted,
+            "acceptance_rate": t.acceptance_rate,
+            "mean_accepted_length": t.mean_accepted_length,
+            "wall_s": t.wall_s,
+            "draft_s": t.draft_s,
+            "verify_s": t.verify_s,
+            "speedup": self.speedup(t),
+            "lossless": t.lossless,
+            "first_difference": t.first_difference,
+            "stop_reason": t.stop_reason,
+            "rounds": [_round_dict(r) for r in t.rounds],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
+
+    def to_csv(self) -> str:
+        """One row per round per policy."""
+        out = io.StringIO()
+        columns = ["mode", "round", "position", "budget", "lookahead", "accepted", "oracle_ideal",
+                   "threshold", "target_kind", "draft_s", "verify_s", "draft_probs"]
+        writer = csv.writer(out)
+        writer.writerow(columns)
+        for t in self.traces:
+            for r in t.rounds:
+                writer.writerow([t.label, r.index, r.position, r.budget, r.lookahead, r.accepted,
+                                 r.oracle_ideal, r.threshold, r.target_kind, f"{r.draft_s:.6f}",
+                                 f"{r.verify_s:.6f}", " ".join(f"{p:.4f}" for p in r.draft_probs)])
+        return out.getvalue()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Comparison:
+        """Rebuild a comparison from `to_dict()` output (for showing a past run without models)."""
+        b = data["baseline"]
+        baseline = Baseline(token_ids=list(b["token_ids"]), wall_s=float(b["wall_s"]),
+                            stop_reason=b.get("stop_reason", ""), text=b.get("text", ""),
+                            temperature=float(data.get("temperature") or 0.0), seed=data.get("seed"))
+        traces = []
+        for m in data["modes"]:
+            traces.append(Trace(
+                policy=m.get("policy", m["name"].split()[0]), label=m["name"], params=dict(m.get("params", {})),
+                token_ids=list(m["token_ids"]), rounds=[_round_from_dict(r) for r in m["rounds"]],
+                wall_s=float(m["wall_s"]), stop_reason=m.get("stop_reason", ""),
+                temperature=float(data.get("temperature") or 0.0), seed=data.get("seed"),
+                text=m.get("text", ""), lossless=m.get("lossless"), first_difference=m.get("first_difference"),
+            ))
+        return cls(preset=data["preset"], prompt=data["prompt"], max_new_tokens=int(data.get("max_new_tokens", 0)),
+                   baseline=baseline, traces=traces, temperature=float(data.get("temperature") or 0.0),
+                   seed=data.get("seed"), prompt_tokens=int(data.get("prompt_tokens", 0)),
+                   oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)))
+
+    @classmethod
+    def from_json(cls, text: str) -> Comparison:
+        return cls.from_dict(json.loads(text))
+
+
+_ROUND_FIELDS = [f.name for f in fields(Round)]
+
+
+def _round_dict(r: Round) -> dict[str, Any]:
+    d = asdict(r)
+    d["lookahead"] = r.lookahead
+    d["target_kind"] = r.target_kind
+    return d
+
+
+def _round_from_dict(d: dict[str, Any]) -> Round:
+    return Round(**{k: d[k] for k in _ROUND_FIELDS if k in d})
