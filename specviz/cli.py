@@ -1,0 +1,123 @@
+"""Command line: `python -m specviz compare | presets` (and the benchmark commands).
+
+Every user-fixable problem arrives as a SpecVizError and is printed as one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import SpecVizError
+from .models import DEFAULT_PRESET, PRESETS, get_pair, get_preset
+from .pipeline import compare, make_request
+from .policies import DEFAULT_MODES
+from .render import SUMMARY_HEADERS, summary_rows
+from .trace import Comparison
+
+
+def format_table(headers: list[str], rows: list[list]) -> str:
+    """A plain-text table with aligned columns."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def comparison_table(comparison: Comparison) -> str:
+    return format_table(SUMMARY_HEADERS, summary_rows(comparison))
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    rows = [[name, "yes" if p.offline else "no (hub)", p.description] for name, p in PRESETS.items()]
+    print(format_table(["preset", "offline", "pair"], rows))
+    print(f"\ndefault: {DEFAULT_PRESET}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    prompt = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else args.prompt
+    request = make_request(prompt, args.modes, args.max_new_tokens, args.temperature, args.seed,
+                           chat=not args.no_chat_template)
+    get_preset(args.preset)
+    pair = get_pair(args.preset, progress=_stderr)
+    comparison = compare(pair, request, progress=_stderr)
+    print(f"preset {comparison.preset}, {comparison.prompt_tokens} prompt tokens, "
+          f"{'greedy' if request.temperature <= 0 else f'sampling T={request.temperature:g} seed {request.seed}'}")
+    print(comparison_table(comparison))
+    if comparison.partial:
+        print("(partial: the time budget ran out; see SPECVIZ_TIME_BUDGET_S)")
+    if args.show_text:
+        print("\n" + comparison.baseline.text)
+    if args.json:
+        Path(args.json).write_text(comparison.to_json(), encoding="utf-8")
+        _stderr(f"wrote {args.json}")
+    if args.csv:
+        Path(args.csv).write_text(comparison.to_csv(), encoding="utf-8")
+        _stderr(f"wrote {args.csv}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz",
+                                     description="Speculative decoding lookahead policies, side by side.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    presets = commands.add_parser("presets", help="list the model pairs")
+    presets.set_defaults(run=cmd_presets)
+
+    c = commands.add_parser("compare", help="run one prompt through target-only decoding and every mode")
+    source = c.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="the prompt text")
+    source.add_argument("--prompt-file", help="read the prompt from this file")
+    c.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
+    c.add_argument("--max-new-tokens", type=int, default=128)
+    c.add_argument("--modes", default=DEFAULT_MODES,
+                   help=f"comma-separated: static:K, heuristic:K0, dynamic:THRESHOLD[:MAX], oracle "
+                        f"(default {DEFAULT_MODES})")
+    c.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    c.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    c.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
+    c.add_argument("--json", help="write the whole comparison as JSON here")
+    c.add_argument("--csv", help="write one row per round per mode here")
+    c.add_argument("--show-text", action="store_true", help="print the target-only answer too")
+    c.set_defaults(run=cmd_compare)
+
+    for register in _extra_commands():
+        register(commands)
+    return parser
+
+
+def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Commands that live in their own modules (benchmarks), registered if present."""
+    registrars = []
+    try:
+        from .bench import register_commands
+        registrars.append(register_commands)
+    except ImportError:
+        pass
+    return registrars
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except SpecVizError as error:
+        _stderr(f"error: {error}")
+        return 2
+    except KeyboardInterrupt:
+        _stderr("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

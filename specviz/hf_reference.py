@@ -1,0 +1,106 @@
+"""transformers' own assisted generation, run with settings equivalent to a SpecViz policy.
+
+Used to check that the engine counts passes and picks tokens as transformers does (tests) and
+to measure the engine's overhead against it (benchmarks). Equivalences:
+
+    static k        num_assistant_tokens=k, schedule "constant", confidence threshold 0
+    heuristic k0    num_assistant_tokens=k0, schedule "heuristic" (reset before every call)
+    dynamic t, m    num_assistant_tokens=m, schedule "constant", assistant_confidence_threshold=t
+
+transformers re-fits the confidence threshold after every round when scikit-learn is installed;
+that is SpecViz's future `adaptive` policy, not `dynamic`, so it is switched off here.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .policies import ModeSpec
+
+if TYPE_CHECKING:
+    from .models import ModelPair
+
+
+@dataclass
+class HFRun:
+    token_ids: list[int]
+    target_calls: int  # forward calls of the target model
+    draft_calls: int  # forward calls of the draft model
+    wall_s: float
+
+
+def assistant_settings(spec: ModeSpec) -> dict[str, object]:
+    """The assistant generation-config fields equivalent to a SpecViz mode."""
+    if spec.policy == "static":
+        return {"num_assistant_tokens": spec.params.get("num_assistant_tokens", 5),
+                "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    if spec.policy == "heuristic":
+        return {"num_assistant_tokens": spec.params.get("num_assistant_tokens", 5),
+                "num_assistant_tokens_schedule": "heuristic", "assistant_confidence_threshold": 0.0}
+    if spec.policy == "dynamic":
+        return {"num_assistant_tokens": spec.params.get("max_tokens", 20),
+                "num_assistant_tokens_schedule": "constant",
+                "assistant_confidence_threshold": spec.params.get("assistant_confidence_threshold", 0.4)}
+    raise ValueError(f"transformers has no equivalent of the {spec.policy!r} policy")
+
+
+@contextmanager
+def _counting(module: torch.nn.Module):
+    calls = [0]
+
+    def hook(*_):
+        calls[0] += 1
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield calls
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def _no_threshold_refit():
+    from transformers.generation import candidate_generator
+
+    original = candidate_generator.is_sklearn_available
+    candidate_generator.is_sklearn_available = lambda: False
+    try:
+        yield
+    finally:
+        candidate_generator.is_sklearn_available = original
+
+
+def _stop_tokens(pair: ModelPair) -> dict[str, object]:
+    eos = sorted(pair.eos_token_ids)
+    return {"eos_token_id": eos or None, "pad_token_id": eos[0] if eos else 0}
+
+
+def hf_assisted(pair: ModelPair, prompt_ids: list[int], spec: ModeSpec, max_new_tokens: int) -> HFRun:
+    """Greedy `generate(assistant_model=draft)` with the mode's settings; counts both models' calls."""
+    config = pair.draft.generation_config
+    for name, value in assistant_settings(spec).items():
+        setattr(config, name, value)
+    inputs = torch.tensor([prompt_ids], device=pair.device)
+    with _no_threshold_refit(), _counting(pair.target) as target_calls, _counting(pair.draft) as draft_calls, \
+            torch.inference_mode():
+        started = time.perf_counter()
+        output = pair.target.generate(inputs, attention_mask=torch.ones_like(inputs), assistant_model=pair.draft,
+                                      do_sample=False, max_new_tokens=max_new_tokens, **_stop_tokens(pair))
+        wall_s = time.perf_counter() - started
+    return HFRun(output[0, len(prompt_ids):].tolist(), target_calls[0], draft_calls[0], wall_s)
+
+
+def hf_greedy(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int) -> HFRun:
+    """Target-only greedy `generate`, the base of transformers' speedups."""
+    inputs = torch.tensor([prompt_ids], device=pair.device)
+    with _counting(pair.target) as target_calls, torch.inference_mode():
+        started = time.perf_counter()
+        output = pair.target.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=False,
+                                      max_new_tokens=max_new_tokens, **_stop_tokens(pair))
+        wall_s = time.perf_counter() - started
+    return HFRun(output[0, len(prompt_ids):].tolist(), target_calls[0], 0, wall_s)
