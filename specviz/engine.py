@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -85,28 +86,37 @@ class Sampler:
 # ---- the five steps of a round -----------------------------------------------------------
 
 
+@dataclass
+class Proposal:
+    """The draft's tokens for one round, with its probability for each, the entropy of each
+    next-token distribution, and the distributions themselves (speculative sampling needs them)."""
+
+    ids: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    distributions: list[torch.Tensor] = field(default_factory=list)
+
+
 def draft(drafter: CachedModel, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
-          eos_ids: frozenset[int]) -> tuple[list[int], list[float], list[torch.Tensor]]:
-    """Propose up to `budget` tokens: ids, the draft's probability for each, its distributions."""
-    ids: list[int] = []
-    probs: list[float] = []
-    distributions: list[torch.Tensor] = []
+          eos_ids: frozenset[int]) -> Proposal:
+    """Propose up to `budget` tokens, one draft forward pass each."""
+    proposal = Proposal()
     if budget <= 0:
-        return ids, probs, distributions
+        return proposal
     drafter.crop(max(0, len(sequence) - 2))
     feed = sequence[drafter.length:]
     for index in range(budget):
         distribution = sampler.distribution(drafter.forward(feed)[-1])
         token = sampler.pick(distribution)
-        prob = float(distribution[token])
-        ids.append(token)
-        probs.append(prob)
-        distributions.append(distribution)
+        step = DraftStep(index, token, float(distribution[token]), float(torch.special.entr(distribution).sum()))
+        proposal.ids.append(token)
+        proposal.probs.append(step.prob)
+        proposal.entropies.append(step.entropy)
+        proposal.distributions.append(distribution)
         feed = [token]
-        entropy = float(torch.special.entr(distribution).sum())
-        if token in eos_ids or not policy.keep_drafting(DraftStep(index, token, prob, entropy)):
+        if token in eos_ids or not policy.keep_drafting(step):
             break
-    return ids, probs, distributions
+    return proposal
 
 
 def verify(verifier: CachedModel, sequence: list[int], proposal: list[int]) -> torch.Tensor:
@@ -179,25 +189,26 @@ def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tok
             threshold = policy.threshold
 
             t0 = time.perf_counter()
-            proposal, probs, distributions = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
+            proposal = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
             t1 = time.perf_counter()
-            target_logits = verify(verifier, sequence, proposal)
+            target_logits = verify(verifier, sequence, proposal.ids)
             if sampler.greedy:
-                accepted, target_token = accept_greedy(proposal, target_logits)
+                accepted, target_token = accept_greedy(proposal.ids, target_logits)
             else:
-                accepted, target_token = accept_sampling(proposal, distributions, target_logits, sampler)
+                accepted, target_token = accept_sampling(proposal.ids, proposal.distributions, target_logits,
+                                                         sampler)
             t2 = time.perf_counter()
 
-            committed, hit_eos = _commit(proposal, accepted, target_token, room, pair.eos_token_ids)
+            committed, hit_eos = _commit(proposal.ids, accepted, target_token, room, pair.eos_token_ids)
             accepted = min(accepted, len(committed))
             verifier.crop(len(sequence) + accepted)  # the draft re-syncs itself at its next round
             sequence += committed
             answer += committed
-            policy.end_round(len(proposal), accepted, probs)
+            policy.end_round(len(proposal.ids), accepted, proposal.probs)
             rounds.append(Round(
                 index=len(rounds), position=len(answer) - len(committed), budget=budget,
-                draft_ids=proposal, draft_probs=probs, accepted=accepted,
-                target_id=target_token if len(committed) > accepted else None,
+                draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
+                accepted=accepted, target_id=target_token if len(committed) > accepted else None,
                 draft_s=t1 - t0, verify_s=t2 - t1, threshold=threshold,
             ))
             if hit_eos:

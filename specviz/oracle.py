@@ -3,9 +3,11 @@
 Given the target's greedy continuation (the reference), the ideal lookahead at a position is
 how many draft tokens in a row the target would accept from there. Two views of it:
 
-* `ideal_lookahead`: at every answer position, from one pass of the draft along the
-  reference, one token per forward call as drafting does. This is the line the charts draw
-  and the value recorded next to every policy's rounds.
+* `draft_predictions` + `run_lengths`: the ideal at every answer position, from one pass of
+  the draft along the reference, one token per forward call as drafting does. This is the line
+  the charts draw and the value recorded next to every policy's rounds. (The engine feeds two
+  tokens at a round's start; with the int8 draft that can change a prediction now and then, so
+  this line is a close estimate, not an exact one.)
 * `oracle_budgets`: the oracle policy's own rounds, found by replaying the engine's drafting
   with peeking: draft until the draft's token differs from the reference, then start the next
   round where the target's correction lands. Because a dynamically quantized draft's output
@@ -23,25 +25,27 @@ import torch
 
 from .engine import CachedModel, Sampler, draft
 from .policies import DraftStep, Oracle, Policy
+from .trace import DraftAlongReference
 
 if TYPE_CHECKING:
     from .models import ModelPair
 
 
-def draft_predictions(pair: ModelPair, prompt_ids: list[int], reference: list[int]) -> tuple[list[int], list[float]]:
-    """The draft's greedy token and its probability at every answer position, along the reference."""
+def draft_predictions(pair: ModelPair, prompt_ids: list[int], reference: list[int]) -> DraftAlongReference:
+    """The draft's greedy token, probability and entropy at every answer position, reading the
+    reference one token per forward call as drafting does (the prompt in one call)."""
     drafter = CachedModel(pair.draft, pair.vocab_size, pair.device)
-    tokens: list[int] = []
-    probs: list[float] = []
+    along = DraftAlongReference([], [], [])
     feed = list(prompt_ids)
     with torch.inference_mode():
         for position in range(len(reference)):
             distribution = torch.softmax(drafter.forward(feed)[-1], dim=-1)
             token = int(distribution.argmax())
-            tokens.append(token)
-            probs.append(float(distribution[token]))
+            along.tokens.append(token)
+            along.probs.append(float(distribution[token]))
+            along.entropies.append(float(torch.special.entr(distribution).sum()))
             feed = [reference[position]]
-    return tokens, probs
+    return along
 
 
 def run_lengths(predicted: list[int], reference: list[int]) -> list[int]:
@@ -50,11 +54,6 @@ def run_lengths(predicted: list[int], reference: list[int]) -> list[int]:
     for position in range(len(reference) - 1, -1, -1):
         lengths[position] = lengths[position + 1] + 1 if predicted[position] == reference[position] else 0
     return lengths[:-1]
-
-
-def ideal_lookahead(pair: ModelPair, prompt_ids: list[int], reference: list[int]) -> list[int]:
-    predicted, _ = draft_predictions(pair, prompt_ids, reference)
-    return run_lengths(predicted, reference)
 
 
 class _UntilMismatch(Policy):
@@ -83,8 +82,8 @@ def oracle_budgets(pair: ModelPair, prompt_ids: list[int], reference: list[int],
             sequence = list(prompt_ids) + reference[:position]
             cap = max_new_tokens - position - 1  # the engine keeps one slot for the target's token
             saved = copy.deepcopy(drafter.cache), drafter.length
-            proposal, _, _ = draft(drafter, sequence, cap, _UntilMismatch(reference, position), greedy,
-                                   pair.eos_token_ids)
+            proposal = draft(drafter, sequence, cap, _UntilMismatch(reference, position), greedy,
+                             pair.eos_token_ids).ids
             matched = 0
             while matched < len(proposal) and proposal[matched] == reference[position + matched]:
                 matched += 1
@@ -97,7 +96,9 @@ def oracle_budgets(pair: ModelPair, prompt_ids: list[int], reference: list[int],
 
 
 def make_oracle(pair: ModelPair, prompt_ids: list[int], reference: list[int],
-                max_new_tokens: int) -> tuple[Oracle, list[int]]:
-    """The oracle policy for a greedy run, and the ideal lookahead at every position."""
-    ideal = ideal_lookahead(pair, prompt_ids, reference)
-    return Oracle(oracle_budgets(pair, prompt_ids, reference, max_new_tokens), ideal), ideal
+                max_new_tokens: int) -> tuple[Oracle, list[int], DraftAlongReference]:
+    """The oracle policy for a greedy run, the ideal lookahead at every position, and the draft's
+    behaviour along the reference (what the what-if sweep replays policies on)."""
+    along = draft_predictions(pair, prompt_ids, reference)
+    ideal = run_lengths(along.tokens, reference)
+    return Oracle(oracle_budgets(pair, prompt_ids, reference, max_new_tokens), ideal), ideal, along

@@ -149,8 +149,9 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
     ideal: list[int] | None = None
     if greedy and not comparison.partial:
         say("Finding the oracle's ideal lookahead along the target's answer")
-        oracle, ideal = make_oracle(pair, prompt_ids, baseline.token_ids, request.max_new_tokens)
+        oracle, ideal, along = make_oracle(pair, prompt_ids, baseline.token_ids, request.max_new_tokens)
         comparison.oracle_ideal = ideal
+        comparison.draft_along_reference = along
     yield comparison
 
     for spec in request.modes:

@@ -152,6 +152,91 @@ class Dynamic(Policy):
         return f"dynamic t={self._threshold:g}"
 
 
+class Adaptive(Dynamic):
+    """The dynamic rule with its threshold re-fitted after every round, as transformers intends.
+
+    Every verified draft token is a sample (its draft probability, and whether the target kept
+    it). After each round the threshold moves to the point of the ROC curve over all samples so
+    far that minimises fpr + 3 * fnr: a wrongly continued draft (false positive) costs one wasted
+    draft pass, a wrongly stopped one (false negative) about three, as transformers weighs them.
+    The new threshold is in force from the next round on.
+    """
+
+    name = "adaptive"
+
+    def __init__(self, assistant_confidence_threshold: float = 0.4, max_tokens: int = 20):
+        super().__init__(assistant_confidence_threshold, max_tokens)
+        self.start = self._threshold
+        self.samples: list[tuple[float, bool]] = []
+        self.history: list[float] = [self._threshold]
+
+    def end_round(self, drafted: int, accepted: int, probs: Sequence[float]) -> None:
+        # Tokens after the first rejection were never judged by the target: they are no evidence.
+        verified = min(drafted, accepted + 1)
+        self.samples += [(p, i < accepted) for i, p in enumerate(probs[:verified])]
+        fitted = roc_threshold(self.samples)
+        if fitted is not None:
+            self._threshold = fitted
+        self.history.append(self._threshold)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"assistant_confidence_threshold": self.start, "max_tokens": self.max_tokens}
+
+    @property
+    def label(self) -> str:
+        return f"adaptive t0={self.start:g}"
+
+
+def roc_threshold(samples: Sequence[tuple[float, bool]], false_negative_cost: float = 3.0) -> float | None:
+    """The probability threshold minimising fpr + cost * fnr over (probability, accepted) samples.
+
+    "Positive" means the rule keeps drafting (probability >= threshold). None until there are more
+    than five samples with both outcomes, as in transformers.
+    """
+    positives = sum(1 for _, ok in samples if ok)
+    negatives = len(samples) - positives
+    if len(samples) <= 5 or positives == 0 or negatives == 0:
+        return None
+    best, best_cost = None, float("inf")
+    # Candidate thresholds from the highest probability down, as an ROC curve is traced.
+    for threshold in sorted({p for p, _ in samples}, reverse=True):
+        true_pos = sum(1 for p, ok in samples if ok and p >= threshold)
+        false_pos = sum(1 for p, ok in samples if not ok and p >= threshold)
+        cost = false_pos / negatives + false_negative_cost * (1 - true_pos / positives)
+        if cost < best_cost:
+            best, best_cost = threshold, cost
+    return best
+
+
+class Entropy(Policy):
+    """Stop drafting once the draft is unsure: when the entropy of its next-token distribution
+    (in nats) exceeds a bound. Like SVIP/AdaEDL, it looks at the whole distribution, not only at
+    the probability of the chosen token. The token is still sent."""
+
+    name = "entropy"
+
+    def __init__(self, max_entropy: float = 1.0, max_tokens: int = 20):
+        if isinstance(max_entropy, bool) or not isinstance(max_entropy, (int, float)) or not max_entropy >= 0:
+            raise SpecVizError(f"The entropy bound must be a number of 0 or more (nats), got {max_entropy!r}.")
+        self.max_entropy = float(max_entropy)
+        self.max_tokens = _check_lookahead(max_tokens, "Entropy maximum lookahead")
+
+    def start_round(self, position: int) -> int:
+        return self.max_tokens
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        return step.entropy <= self.max_entropy
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"max_entropy": self.max_entropy, "max_tokens": self.max_tokens}
+
+    @property
+    def label(self) -> str:
+        return f"entropy h={self.max_entropy:g}"
+
+
 class Oracle(Policy):
     """Drafts exactly as many tokens as the target will accept, known in advance.
 
@@ -185,11 +270,11 @@ class ModeSpec:
 
 
 DEFAULT_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
-POLICY_NAMES = ("static", "heuristic", "dynamic", "oracle")
+POLICY_NAMES = ("static", "heuristic", "dynamic", "oracle", "adaptive", "entropy")
 
 
 def parse_modes(text: str) -> list[ModeSpec]:
-    """Parse `static:5,heuristic:5,dynamic:0.4[:20],oracle` into mode specs, validating each."""
+    """Parse `static:5,heuristic:5,dynamic:0.4[:20],oracle,adaptive:0.4[:20],entropy:1.0[:20]`."""
     specs = []
     for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
         name, _, arg = part.partition(":")
@@ -200,8 +285,11 @@ def parse_modes(text: str) -> list[ModeSpec]:
         try:
             if name in ("static", "heuristic"):
                 params = {"num_assistant_tokens": int(args[0]) if args else 5}
-            elif name == "dynamic":
+            elif name in ("dynamic", "adaptive"):
                 params = {"assistant_confidence_threshold": float(args[0]) if args else 0.4,
+                          "max_tokens": int(args[1]) if len(args) > 1 else 20}
+            elif name == "entropy":
+                params = {"max_entropy": float(args[0]) if args else 1.0,
                           "max_tokens": int(args[1]) if len(args) > 1 else 20}
             else:
                 params = {}
@@ -224,6 +312,10 @@ def make_policy(spec: ModeSpec, oracle: Oracle | None = None) -> Policy:
         return Heuristic(**spec.params)
     if spec.policy == "dynamic":
         return Dynamic(**spec.params)
+    if spec.policy == "adaptive":
+        return Adaptive(**spec.params)
+    if spec.policy == "entropy":
+        return Entropy(**spec.params)
     if spec.policy == "oracle":
         if oracle is None:
             raise SpecVizError("The oracle needs a greedy reference run.")

@@ -28,6 +28,7 @@ class Round:
     draft_probs: list[float]  # the draft's probability for each token it proposed
     accepted: int  # leading draft tokens the target kept
     target_id: int | None  # the target's own token: correction or bonus (None if the run ended first)
+    draft_entropies: list[float] = field(default_factory=list)  # entropy (nats) of each draft distribution
     draft_s: float = 0.0
     verify_s: float = 0.0
     threshold: float | None = None  # confidence threshold in force, for threshold policies
@@ -149,6 +150,17 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 @dataclass
+class DraftAlongReference:
+    """What the draft proposes at every position of the target's greedy answer, fed that answer
+    one token per forward call: its token, its probability and the entropy of its distribution.
+    The raw material of the oracle line and of the what-if sweep."""
+
+    tokens: list[int]
+    probs: list[float]
+    entropies: list[float]
+
+
+@dataclass
 class Comparison:
     """One prompt run through the baseline and several policies."""
 
@@ -161,6 +173,7 @@ class Comparison:
     seed: int | None = None
     prompt_tokens: int = 0
     oracle_ideal: list[int] | None = None  # ideal lookahead at every answer position (greedy)
+    draft_along_reference: DraftAlongReference | None = None  # greedy runs
     partial: bool = False  # the run was cut short (time budget or stop)
 
     def speedup(self, trace: Trace) -> float:
@@ -184,6 +197,7 @@ class Comparison:
             "prompt_tokens": self.prompt_tokens,
             "partial": self.partial,
             "oracle_ideal": self.oracle_ideal,
+            "draft_along_reference": asdict(self.draft_along_reference) if self.draft_along_reference else None,
             "baseline": {
                 "token_ids": self.baseline.token_ids,
                 "text": self.baseline.text,
@@ -253,7 +267,9 @@ class Comparison:
         return cls(preset=data["preset"], prompt=data["prompt"], max_new_tokens=int(data.get("max_new_tokens", 0)),
                    baseline=baseline, traces=traces, temperature=float(data.get("temperature") or 0.0),
                    seed=data.get("seed"), prompt_tokens=int(data.get("prompt_tokens", 0)),
-                   oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)))
+                   oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)),
+                   draft_along_reference=DraftAlongReference(**along) if (along := data.get(
+                       "draft_along_reference")) else None)
 
     @classmethod
     def from_json(cls, text: str) -> Comparison:

@@ -41,7 +41,7 @@ def test_pass_counts_follow_the_rounds(tiny_pair):
 def test_oracle_needs_fewest_target_passes_and_accepts_all_it_drafts(tiny_pair):
     prompt = [3, 1, 4, 1, 5]
     reference = target_only(tiny_pair, prompt, 60).token_ids
-    oracle, ideal = make_oracle(tiny_pair, prompt, reference, 60)
+    oracle, ideal, _ = make_oracle(tiny_pair, prompt, reference, 60)
     trace = generate(tiny_pair, prompt, oracle, 60)
     assert trace.token_ids == reference
     assert all(r.lookahead == r.accepted for r in trace.rounds)

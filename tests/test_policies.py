@@ -5,14 +5,17 @@ import pytest
 from specviz.errors import SpecVizError
 from specviz.policies import (
     MAX_LOOKAHEAD,
+    Adaptive,
     DraftStep,
     Dynamic,
+    Entropy,
     Heuristic,
     ModeSpec,
     Oracle,
     Static,
     make_policy,
     parse_modes,
+    roc_threshold,
 )
 
 
@@ -111,3 +114,57 @@ def test_parse_modes_rejects_bad_input(text, message):
 def test_oracle_needs_a_reference():
     with pytest.raises(SpecVizError, match="reference"):
         make_policy(ModeSpec("oracle"))
+
+
+# ---- adaptive and entropy ------------------------------------------------------------------
+
+
+def test_roc_threshold_minimises_false_positives_plus_three_false_negatives():
+    # accepted tokens have high probabilities, rejected ones low, with one overlap
+    samples = [(0.9, True), (0.8, True), (0.7, True), (0.3, True), (0.35, False), (0.2, False), (0.1, False)]
+    # t=0.3 keeps all 4 accepted (fnr 0) and lets one of 3 rejected through (fpr 1/3): cost 0.33;
+    # t=0.7 stops one accepted (fnr 1/4, cost 0.75); so 0.3 wins.
+    assert roc_threshold(samples) == 0.3
+    assert roc_threshold(samples[:5]) is None  # too few samples
+    assert roc_threshold([(0.5, True)] * 10) is None  # one class only
+
+
+def test_adaptive_refits_after_each_round_and_the_new_threshold_takes_effect():
+    policy = Adaptive(0.4, max_tokens=20)
+    assert policy.threshold == 0.4
+    # Round 1: confident tokens accepted, then a 0.45 token the target rejected.
+    assert drafted_until_stop(policy, [0.95, 0.9, 0.45, 0.1]) == 4
+    policy.end_round(4, 2, [0.95, 0.9, 0.45, 0.1])
+    assert policy.threshold == 0.4  # 3 samples: not enough to fit
+    policy.end_round(4, 3, [0.97, 0.92, 0.91, 0.5])
+    # samples: accepted 0.95 0.9 0.97 0.92 0.91; rejected 0.45 0.5 -> stop below 0.9
+    assert policy.threshold == pytest.approx(0.9)
+    assert policy.history == [0.4, 0.4, 0.9]
+    # In the next round a 0.6 token, which the old threshold would have drafted past, ends drafting.
+    assert drafted_until_stop(policy, [0.95, 0.6, 0.99, 0.99]) == 2
+
+
+def test_adaptive_ignores_tokens_after_the_first_rejection():
+    policy = Adaptive(0.4)
+    policy.end_round(5, 1, [0.9, 0.8, 0.1, 0.2, 0.3])
+    assert policy.samples == [(0.9, True), (0.8, False)]
+
+
+def test_entropy_stops_when_the_draft_is_unsure():
+    policy = Entropy(max_entropy=1.0, max_tokens=10)
+    entropies = [0.1, 0.5, 1.2, 0.2]
+    count = 0
+    for i, h in enumerate(entropies):
+        count += 1
+        if not policy.keep_drafting(DraftStep(i, 3, prob=0.99, entropy=h)):
+            break
+    assert count == 3  # the unsure token is still sent
+    assert policy.start_round(0) == 10
+    with pytest.raises(SpecVizError, match="entropy bound"):
+        Entropy(-1)
+
+
+def test_parse_modes_knows_the_extra_policies():
+    adaptive, entropy = parse_modes("adaptive:0.3:10,entropy:2.5")
+    assert make_policy(adaptive).label == "adaptive t0=0.3"
+    assert make_policy(entropy).params == {"max_entropy": 2.5, "max_tokens": 20}

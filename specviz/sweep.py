@@ -1,0 +1,141 @@
+"""What if the lookahead rule had been different? Replay any policy on one greedy run, no models.
+
+In greedy decoding the answer is fixed (it is the target's), so a round that starts at position
+p ends at the first position where the draft's token differs from the answer. What the draft
+proposes along the answer is known from the oracle step (`DraftAlongReference`), so the rounds,
+the target passes and the draft passes of any policy follow by bookkeeping alone:
+
+* target passes are exact (as exact as the draft table: see the note on batching in oracle.py);
+* draft passes are exact for policies that stop on their own at the first rejected token.
+  Beyond it the draft continues from its own wrong token, which the table cannot see; the
+  replay takes those continuations from the rounds of the policies actually run (greedy drafts
+  are deterministic, so every policy that drafted past a given wrong token saw the same
+  continuation), and where none went that far, assumes the probabilities along the answer.
+
+Time is estimated from the per-pass costs measured in the real run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .policies import DraftStep, Dynamic, Policy, Static
+from .trace import Comparison, DraftAlongReference
+
+THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
+STATIC_KS = list(range(1, 21))
+
+
+@dataclass(frozen=True)
+class Replay:
+    label: str
+    target_passes: int
+    draft_passes: int
+    estimated_s: float
+    estimated_speedup: float
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    """Seconds per target pass (verification) and per draft pass, measured in a run."""
+
+    target_s: float
+    draft_s: float
+
+    @classmethod
+    def measured(cls, comparison: Comparison) -> PassCosts:
+        rounds = [r for t in comparison.traces for r in t.rounds]
+        drafted = sum(r.lookahead for r in rounds)
+        target = sum(r.verify_s for r in rounds) / len(rounds) if rounds else \
+            comparison.baseline.wall_s / max(1, comparison.baseline.target_passes)
+        draft = sum(r.draft_s for r in rounds) / drafted if drafted else 0.0
+        return cls(target, draft)
+
+
+DraftView = tuple[int, float, float]  # token, probability, entropy
+
+
+def off_path_continuations(comparison: Comparison) -> dict[int, list[DraftView]]:
+    """For each answer position where a draft token was rejected, what the draft proposed after
+    it, taken from the longest such continuation among the policies that were run."""
+    seen: dict[int, list[DraftView]] = {}
+    for trace in comparison.traces:
+        for r in trace.rounds:
+            if r.accepted < r.lookahead and len(r.draft_entropies) == r.lookahead:
+                after = slice(r.accepted + 1, r.lookahead)
+                tail = list(zip(r.draft_ids[after], r.draft_probs[after], r.draft_entropies[after]))
+                if len(tail) > len(seen.get(r.position + r.accepted, [])):
+                    seen[r.position + r.accepted] = tail
+    return seen
+
+
+def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReference, max_new_tokens: int,
+                  eos_ids: Iterable[int] = (), off_path: dict[int, list[DraftView]] | None = None) -> tuple[int, int]:
+    """Target and draft passes `policy` needs to produce `reference`, from the draft table alone."""
+    eos = set(eos_ids)
+    off_path = off_path or {}
+    end = len(reference)
+    position = target_passes = draft_passes = 0
+    while position < end:
+        budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
+        drafted = accepted = 0
+        rejected_at: int | None = None  # answer position of this round's first wrong draft token
+        probs: list[float] = []
+        for index in range(budget):
+            at = position + index
+            beyond = off_path.get(rejected_at, []) if rejected_at is not None else []
+            steps_beyond = at - rejected_at - 1 if rejected_at is not None else -1
+            if 0 <= steps_beyond < len(beyond):
+                token, prob, entropy = beyond[steps_beyond]
+            else:
+                clamped = min(at, end - 1)  # past the answer's end: reuse its last entry
+                token, prob, entropy = along.tokens[clamped], along.probs[clamped], along.entropies[clamped]
+            drafted += 1
+            probs.append(prob)
+            if rejected_at is None and at < end and token == reference[at]:
+                accepted += 1
+            elif rejected_at is None:
+                rejected_at = at
+            on_reference = rejected_at is None
+            if (on_reference and token in eos) or not policy.keep_drafting(DraftStep(index, token, prob, entropy)):
+                break
+        policy.end_round(drafted, accepted, probs)
+        target_passes += 1
+        draft_passes += drafted
+        position += accepted + 1
+    return target_passes, draft_passes
+
+
+def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = None,
+           eos_ids: Iterable[int] = (), off_path: dict[int, list[DraftView]] | None = None) -> Replay:
+    if comparison.draft_along_reference is None:
+        raise ValueError("what-if replays need a greedy run (its draft table)")
+    costs = costs or PassCosts.measured(comparison)
+    off_path = off_path if off_path is not None else off_path_continuations(comparison)
+    target_passes, draft_passes = replay_passes(policy, comparison.baseline.token_ids,
+                                                comparison.draft_along_reference, comparison.max_new_tokens,
+                                                eos_ids, off_path)
+    seconds = target_passes * costs.target_s + draft_passes * costs.draft_s
+    speedup = comparison.baseline.wall_s / seconds if seconds > 0 else 0.0
+    return Replay(policy.label, target_passes, draft_passes, seconds, speedup)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    thresholds: list[Replay]  # dynamic, max 20, one per THRESHOLDS value
+    static: list[Replay]  # one per STATIC_KS value
+    oracle_target_passes: int | None
+
+
+def sweep(comparison: Comparison, eos_ids: Iterable[int] = ()) -> Sweep:
+    """Dynamic thresholds 0.05..0.95 and static k 1..20, replayed on one greedy run."""
+    costs = PassCosts.measured(comparison)
+    eos = list(eos_ids)
+    off_path = off_path_continuations(comparison)
+    oracle = next((t for t in comparison.traces if t.policy == "oracle"), None)
+    return Sweep(
+        thresholds=[replay(comparison, Dynamic(t, 20), costs, eos, off_path) for t in THRESHOLDS],
+        static=[replay(comparison, Static(k), costs, eos, off_path) for k in STATIC_KS],
+        oracle_target_passes=oracle.target_passes if oracle else None,
+    )
