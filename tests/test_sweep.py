@@ -1,0 +1,68 @@
+"""The what-if sweep replays policies from one greedy run; check it against real runs."""
+
+import pytest
+
+from specviz.engine import generate, target_only
+from specviz.oracle import draft_predictions
+from specviz.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
+from specviz.sweep import STATIC_KS, THRESHOLDS, off_path_continuations, replay, replay_passes, sweep
+from specviz.trace import Comparison, DraftAlongReference
+
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
+MAX_NEW = 60
+
+
+@pytest.fixture(scope="module")
+def tiny_comparison(tiny_pair):
+    baseline = target_only(tiny_pair, PROMPT, MAX_NEW)
+    traces = [generate(tiny_pair, PROMPT, policy, MAX_NEW) for policy in (Static(5), Heuristic(5), Dynamic(0.4))]
+    return Comparison(preset="tiny", prompt="tiny", max_new_tokens=MAX_NEW, baseline=baseline, traces=traces,
+                      draft_along_reference=draft_predictions(tiny_pair, PROMPT, baseline.token_ids))
+
+
+@pytest.mark.parametrize("make", [lambda: Static(1), lambda: Static(3), lambda: Static(8), lambda: Static(20),
+                                  lambda: Dynamic(0.2), lambda: Dynamic(0.6), lambda: Dynamic(0.9),
+                                  lambda: Heuristic(2), lambda: Adaptive(0.4), lambda: Entropy(1.0)])
+def test_replayed_target_passes_equal_a_real_run(tiny_pair, tiny_comparison, make):
+    predicted = replay(tiny_comparison, make())
+    real = generate(tiny_pair, PROMPT, make(), MAX_NEW)
+    assert predicted.target_passes == real.target_passes
+    if isinstance(make(), Static):
+        assert predicted.draft_passes == real.draft_passes  # static drafts its budget whatever happens
+    else:
+        assert abs(predicted.draft_passes - real.draft_passes) <= 0.05 * real.draft_passes + 1
+
+
+def test_runs_that_were_made_are_replayed_exactly(tiny_comparison):
+    for trace, policy in zip(tiny_comparison.traces, (Static(5), Heuristic(5), Dynamic(0.4))):
+        predicted = replay(tiny_comparison, policy)
+        assert (predicted.target_passes, predicted.draft_passes) == (trace.target_passes, trace.draft_passes)
+
+
+def test_off_path_continuations_come_from_rejected_rounds(tiny_comparison):
+    seen = off_path_continuations(tiny_comparison)
+    rounds = [r for t in tiny_comparison.traces for r in t.rounds if r.accepted < r.lookahead - 1]
+    assert rounds, "the tiny pair should reject inside some rounds"
+    for r in rounds:
+        assert len(seen[r.position + r.accepted]) >= r.lookahead - r.accepted - 1
+
+
+def test_sweep_covers_thresholds_and_k_and_estimates_time(tiny_comparison):
+    result = sweep(tiny_comparison)
+    assert [r.label for r in result.thresholds] == [f"dynamic t={t:g}" for t in THRESHOLDS]
+    assert [r.label for r in result.static] == [f"static k={k}" for k in STATIC_KS]
+    # more lookahead never needs more target passes in greedy decoding
+    passes = [r.target_passes for r in result.static]
+    assert passes == sorted(passes, reverse=True)
+    assert all(r.estimated_s > 0 and r.estimated_speedup > 0 for r in result.static + result.thresholds)
+
+
+def test_replay_on_a_scripted_table():
+    # The draft agrees at positions 0-2, disagrees at 3, agrees at 4-5.
+    reference = [10, 11, 12, 13, 14, 15]
+    along = DraftAlongReference(tokens=[10, 11, 12, 99, 14, 15], probs=[0.9, 0.9, 0.9, 0.3, 0.9, 0.9],
+                                entropies=[0.1] * 6)
+    # static 4: round at 0 drafts 4, accepts 3, target corrects 13 -> next round at 4 drafts 1 (room)
+    assert replay_passes(Static(4), reference, along, max_new_tokens=6) == (2, 5)
+    # dynamic 0.5: drafts 0..3, stops after the 0.3 token (still sent) -> same rounds
+    assert replay_passes(Dynamic(0.5, 20), reference, along, max_new_tokens=6) == (2, 5)
