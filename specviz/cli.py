@@ -6,15 +6,19 @@ Every user-fixable problem arrives as a SpecVizError and is printed as one line,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from .errors import SpecVizError
+from .export import SWEEP_HEADERS, sweep_rows, write_all
 from .models import DEFAULT_PRESET, PRESETS, get_pair, get_preset
-from .pipeline import compare, make_request
+from .pipeline import Limits, compare, make_request
 from .policies import DEFAULT_MODES
 from .render import SUMMARY_HEADERS, summary_rows
+from .sweep import sweep
 from .trace import Comparison
 
 
@@ -48,7 +52,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
                            chat=not args.no_chat_template)
     get_preset(args.preset)
     pair = get_pair(args.preset, progress=_stderr)
-    comparison = compare(pair, request, progress=_stderr)
+    # The per-request time budget protects a shared server; on the command line it applies only
+    # when asked for explicitly.
+    limits = Limits.from_env()
+    if "SPECVIZ_TIME_BUDGET_S" not in os.environ:
+        limits = replace(limits, time_budget_s=float("inf"))
+    comparison = compare(pair, request, limits, progress=_stderr)
     print(f"preset {comparison.preset}, {comparison.prompt_tokens} prompt tokens, "
           f"{'greedy' if request.temperature <= 0 else f'sampling T={request.temperature:g} seed {request.seed}'}")
     print(comparison_table(comparison))
@@ -62,6 +71,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.csv:
         Path(args.csv).write_text(comparison.to_csv(), encoding="utf-8")
         _stderr(f"wrote {args.csv}")
+    if args.sweep and comparison.draft_along_reference is not None:
+        result = sweep(comparison, pair.eos_token_ids)
+        print("\nWhat if (replayed from this run, no rerun):")
+        print(format_table(SWEEP_HEADERS, sweep_rows(result)))
+        if result.oracle_target_passes is not None:
+            print(f"oracle: {result.oracle_target_passes} target passes")
+    if args.charts:
+        written, warnings = write_all(comparison, Path(args.charts), pair.eos_token_ids, png=not args.no_png)
+        for warning in warnings:
+            _stderr(warning)
+        _stderr("wrote " + ", ".join(str(p) for p in written))
     return 0
 
 
@@ -88,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", help="write the whole comparison as JSON here")
     c.add_argument("--csv", help="write one row per round per mode here")
     c.add_argument("--show-text", action="store_true", help="print the target-only answer too")
+    c.add_argument("--sweep", action="store_true",
+                   help="also print what-if figures for thresholds 0.05-0.95 and k 1-20 (greedy only)")
+    c.add_argument("--charts", metavar="DIR",
+                   help="write comparison.json, rounds.csv and every chart as HTML and PNG into DIR")
+    c.add_argument("--no-png", action="store_true", help="with --charts: HTML only")
     c.set_defaults(run=cmd_compare)
 
     for register in _extra_commands():

@@ -120,10 +120,18 @@ def _unpack_bundled(destination: Path) -> None:
     staging.rename(destination)
 
 
+BUNDLED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
 def _load_bundled_target() -> tuple[torch.nn.Module, object]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = cache_root() / BUNDLED_CACHE_NAME
+    if not (folder / "config.json").is_file() and importlib.util.find_spec(BUNDLED_PACKAGE) is None \
+            and hub_reachable():
+        # A Space installs requirements.txt without the --no-deps package; there the hub has the
+        # same model (original weights rather than the Q4_1 file's).
+        return _load_from_hub(BUNDLED_HUB_ID, "bundled", torch.device("cpu"))
     for attempt in (1, 2):
         if not (folder / "config.json").is_file():
             folder.parent.mkdir(parents=True, exist_ok=True)

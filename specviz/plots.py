@@ -11,6 +11,7 @@ import html
 
 import plotly.graph_objects as go
 
+from .sweep import Sweep
 from .trace import Comparison, Round, Trace
 
 # Okabe-Ito colours. Yellow (#F0E442) is left out: it is unreadable on a white background.
@@ -200,4 +201,75 @@ def progress_figure(comparison: Comparison) -> go.Figure:
     _base_layout(fig, "Tokens produced per target pass", "target forward passes", "tokens produced")
     fig.update_xaxes(rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+# ---- what-if sweep -------------------------------------------------------------------------
+
+
+def sweep_figure(result: Sweep, comparison: Comparison) -> go.Figure:
+    """Target passes and estimated speedup against the dynamic threshold and against static k,
+    replayed from one run; the policies actually run are marked, the oracle is a reference line."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=2, cols=2, shared_xaxes="columns", vertical_spacing=0.08, horizontal_spacing=0.08,
+                        subplot_titles=("dynamic: threshold (max 20)", "static: lookahead k", "", ""))
+    curves = [(1, [float(r.label.split("=")[1]) for r in result.thresholds], result.thresholds, "dynamic"),
+              (2, [int(r.label.split("=")[1]) for r in result.static], result.static, "static")]
+    for col, xs, replays, policy in curves:
+        color = policy_color(policy)
+        hover = [f"{html.escape(r.label)}<br>target passes {r.target_passes}<br>draft passes {r.draft_passes}"
+                 f"<br>estimated {r.estimated_s:.2f} s, {r.estimated_speedup:.2f}x" for r in replays]
+        fig.add_trace(go.Scatter(x=xs, y=[r.target_passes for r in replays], mode="lines+markers", name=policy,
+                                 legendgroup=policy, line={"color": color}, hovertext=hover, hoverinfo="text",
+                                 meta={"policy": policy, "series": "target_passes"}), row=1, col=col)
+        fig.add_trace(go.Scatter(x=xs, y=[r.estimated_speedup for r in replays], mode="lines+markers",
+                                 name=policy, legendgroup=policy, showlegend=False, line={"color": color, "dash": "dot"},
+                                 hovertext=hover, hoverinfo="text",
+                                 meta={"policy": policy, "series": "speedup"}), row=2, col=col)
+        for t in comparison.traces:
+            x = _swept_parameter(t)
+            if t.policy != policy or x is None:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[x, x], y=[t.target_passes, comparison.speedup(t)], mode="markers", showlegend=False,
+                marker={"size": 14, "symbol": "star", "color": color, "line": {"width": 1, "color": "black"}},
+                hovertext=[f"{html.escape(t.label)} (run): {t.target_passes} target passes",
+                           f"{html.escape(t.label)} (run): {comparison.speedup(t):.2f}x measured"],
+                hoverinfo="text", meta={"policy": policy, "series": "run", "label": t.label}), row=1, col=col)
+    if result.oracle_target_passes is not None:
+        for col in (1, 2):
+            fig.add_hline(y=result.oracle_target_passes, line={"color": ORACLE_LINE_COLOR, "dash": "dash"},
+                          annotation_text="oracle", row=1, col=col)
+    fig.add_hline(y=1.0, line={"color": BASELINE_LINE_COLOR, "dash": "dot"}, annotation_text="target alone",
+                  row=2, col="all")
+    _base_layout(fig, "What if? Passes and speedup for other lookahead settings (replayed, no rerun)",
+                 "", "")
+    fig.update_yaxes(title_text="target passes", row=1, col=1)
+    fig.update_yaxes(title_text="estimated speedup", row=2, col=1)
+    fig.update_xaxes(title_text="confidence threshold", row=2, col=1)
+    fig.update_xaxes(title_text="k", row=2, col=2)
+    fig.update_layout(height=620)
+    return fig
+
+
+def _swept_parameter(t: Trace) -> float | None:
+    if t.policy == "dynamic" and t.params.get("max_tokens", 20) == 20:
+        return float(t.params["assistant_confidence_threshold"])
+    if t.policy == "static":
+        return float(t.params["num_assistant_tokens"])
+    return None
+
+
+def threshold_figure(comparison: Comparison) -> go.Figure:
+    """The confidence threshold in force at each round, for threshold policies (adaptive moves)."""
+    fig = go.Figure()
+    for i, t in enumerate(comparison.traces):
+        if not any(r.threshold is not None for r in t.rounds):
+            continue
+        fig.add_trace(go.Scatter(x=[r.index for r in t.rounds], y=[r.threshold for r in t.rounds],
+                                 mode="lines+markers", line_shape="hv", name=html.escape(t.label),
+                                 line={"color": policy_color(t.policy, i)}, meta={"label": t.label}))
+    _base_layout(fig, "Confidence threshold per round", "round", "threshold")
+    fig.update_yaxes(range=[0, 1])
     return fig

@@ -1,0 +1,60 @@
+"""Files for a comparison: JSON and CSV (trace.py makes the text), charts as standalone HTML and PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
+from .sweep import Sweep, sweep
+from .trace import Comparison
+
+
+def charts(comparison: Comparison, eos_ids: frozenset[int] = frozenset()) -> dict[str, go.Figure]:
+    """Every chart a comparison has, by file stem."""
+    figures = {"lookahead": lookahead_figure(comparison), "progress": progress_figure(comparison)}
+    if comparison.draft_along_reference is not None and comparison.traces:
+        figures["sweep"] = sweep_figure(sweep(comparison, eos_ids), comparison)
+    if any(r.threshold is not None for t in comparison.traces for r in t.rounds):
+        figures["threshold"] = threshold_figure(comparison)
+    return figures
+
+
+def write_png(figure: go.Figure, path: Path) -> str | None:
+    """Write a PNG; None on success, else why not (kaleido needs a Chrome or Chromium on the machine)."""
+    try:
+        figure.write_image(path, width=1200, height=int(figure.layout.height or 560), scale=1)
+    except Exception as error:  # noqa: BLE001 - any renderer failure means: no PNG, say why
+        return f"PNG export is unavailable here ({type(error).__name__}); the HTML file has the same chart."
+    return None
+
+
+def write_all(comparison: Comparison, folder: Path, eos_ids: frozenset[int] = frozenset(),
+              png: bool = True) -> tuple[list[Path], list[str]]:
+    """comparison.json, rounds.csv and every chart as HTML (and PNG); returns paths and warnings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / "comparison.json", folder / "rounds.csv"]
+    written[0].write_text(comparison.to_json(), encoding="utf-8")
+    written[1].write_text(comparison.to_csv(), encoding="utf-8")
+    warnings: list[str] = []
+    for stem, figure in charts(comparison, eos_ids).items():
+        html_path = folder / f"{stem}.html"
+        figure.write_html(html_path, include_plotlyjs=True, full_html=True)  # works offline
+        written.append(html_path)
+        if png:
+            problem = write_png(figure, folder / f"{stem}.png")
+            if problem:
+                warnings.append(problem)
+                png = False
+            else:
+                written.append(folder / f"{stem}.png")
+    return written, warnings
+
+
+def sweep_rows(result: Sweep) -> list[list]:
+    return [[r.label, r.target_passes, r.draft_passes, f"{r.estimated_s:.2f}", f"{r.estimated_speedup:.2f}x"]
+            for r in result.thresholds + result.static]
+
+
+SWEEP_HEADERS = ["replayed policy", "target passes", "draft passes", "estimated s", "estimated speedup"]

@@ -1,0 +1,76 @@
+"""`python -m specviz`: the JSON schema later checks rely on, exports, and clear errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specviz.cli import main
+from specviz.trace import Comparison
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", ""], "The prompt is empty"),
+    (["--prompt", "hi", "--max-new-tokens", "0"], "between 1 and"),
+    (["--prompt", "hi", "--modes", "dynamic:2"], "threshold"),
+    (["--prompt", "hi", "--modes", "static:1000"], "between 1 and 64"),
+    (["--prompt", "hi", "--preset", "no-such-pair"], "Unknown preset"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):
+    assert main(["compare", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_presets_lists_the_bundled_default(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "smollm2-135m-int8" in out and "default: smollm2-135m-int8" in out
+
+
+@pytest.mark.slow
+def test_compare_writes_the_documented_json_and_exports(tmp_path):
+    out = tmp_path / "run.json"
+    result = run_cli("compare", "--prompt", "Write a Python function that adds two numbers.",
+                     "--max-new-tokens", "24", "--json", str(out), "--sweep", "--charts", str(tmp_path / "charts"),
+                     "--no-png")
+    assert result.returncode == 0, result.stderr
+    for column in ("target passes", "draft passes", "acceptance rate", "mean accepted length", "speedup",
+                   "lossless"):
+        assert column in result.stdout
+    assert "What if" in result.stdout and "dynamic t=0.05" in result.stdout
+    data = json.loads(out.read_text())
+    assert isinstance(data["preset"], str) and isinstance(data["prompt"], str)
+    assert set(data["baseline"]) >= {"token_ids", "text", "target_passes", "wall_s"}
+    assert [m["name"] for m in data["modes"]] == ["static k=5", "heuristic k0=5", "dynamic t=0.4", "oracle"]
+    for mode in data["modes"]:
+        assert set(mode) >= {"name", "params", "token_ids", "text", "target_passes", "draft_passes", "drafted",
+                             "accepted", "wall_s", "lossless", "rounds"}
+        assert mode["lossless"] is True and mode["token_ids"] == data["baseline"]["token_ids"]
+        assert mode["target_passes"] == len(mode["rounds"])
+        assert mode["draft_passes"] == sum(r["lookahead"] for r in mode["rounds"])
+        for r in mode["rounds"]:
+            assert set(r) >= {"position", "lookahead", "accepted", "oracle_ideal", "draft_probs"}
+            assert isinstance(r["oracle_ideal"], int)
+    # the export loads back into the same comparison
+    again = Comparison.from_json(out.read_text())
+    assert again.to_dict() == data
+    charts = {p.name for p in (tmp_path / "charts").iterdir()}
+    assert {"comparison.json", "rounds.csv", "lookahead.html", "progress.html", "sweep.html",
+            "threshold.html"} <= charts
+
+
+@pytest.mark.slow
+def test_sampling_run_has_no_oracle_and_no_identity_check(tmp_path):
+    out = tmp_path / "sampled.json"
+    result = run_cli("compare", "--prompt", "Tell me about cats.", "--max-new-tokens", "16",
+                     "--temperature", "0.8", "--seed", "3", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert [m["name"] for m in data["modes"]] == ["static k=5", "heuristic k0=5", "dynamic t=0.4"]
+    assert all(m["lossless"] is None for m in data["modes"]) and data["oracle_ideal"] is None
