@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import threading
@@ -82,10 +83,25 @@ def cache_root() -> Path:
     return Path(base) / "specviz"
 
 
+ALLOW_HUB_MODELS_ENV = "SPECVIZ_ALLOW_HUB_MODELS"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+
 def get_preset(name: str) -> Preset:
-    if name not in PRESETS:
-        raise SpecVizError(f"Unknown preset {name!r}. Available: {', '.join(PRESETS)}.")
-    return PRESETS[name]
+    """A listed preset, or, only where SPECVIZ_ALLOW_HUB_MODELS=1, a "TARGET_ID|DRAFT_ID" pair of hub ids."""
+    if not isinstance(name, str):
+        raise SpecVizError("The preset must be a name.")
+    if name in PRESETS:
+        return PRESETS[name]
+    if "|" in name and os.environ.get(ALLOW_HUB_MODELS_ENV, "") == "1":
+        target, _, draft = (part.strip() for part in name.partition("|"))
+        for model_id in (target, draft):
+            # Only owner/name hub ids: nothing a visitor types may name a local path.
+            if not _HUB_ID.match(model_id) or ".." in model_id:
+                raise SpecVizError(f"{model_id[:100]!r} is not a hub model id of the form owner/name.")
+        return Preset(name, f"{target}, draft {draft} (hub, user-chosen)", target, draft)
+    shown = name if len(name) <= 60 else name[:60] + "…"
+    raise SpecVizError(f"Unknown preset {shown!r}. Available: {', '.join(PRESETS)}.")
 
 
 # ---- the bundled pair --------------------------------------------------------------------
@@ -268,12 +284,12 @@ _pairs_lock = threading.Lock()
 
 def get_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None = None) -> ModelPair:
     """The process-wide pair for a preset, loaded on first use and shared by every caller."""
-    get_preset(name)
+    preset = get_preset(name)
     with _pairs_lock:
         if name not in _pairs:
-            if not PRESETS[name].offline:
+            if not preset.offline:
                 # Hub pairs are large: keep at most one of them in memory at a time.
-                for other in [p for p in _pairs if not PRESETS[p].offline]:
+                for other in [p for p in _pairs if not get_preset(p).offline]:
                     del _pairs[other]
             _pairs[name] = load_pair(name, progress)
         return _pairs[name]
