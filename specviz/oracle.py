@@ -90,6 +90,10 @@ def oracle_budgets(pair: ModelPair, prompt_ids: list[int], reference: list[int],
             if matched == 0:
                 # The engine will not run the draft in a zero-lookahead round: undo the peek.
                 drafter.cache, drafter.length = saved
+            else:
+                # Peeking fed the last kept token to see the next one; the engine drafting exactly
+                # `matched` tokens never feeds it. Drop it so both caches hold the same tokens.
+                drafter.crop(len(sequence) + matched - 1)
             budgets[position] = matched
             position += matched + 1
     return budgets
