@@ -1,0 +1,224 @@
+"""The app in headless Chromium: type a prompt, run all four policies, check what the page shows.
+
+Starts `python app.py --port <free port>` in a subprocess (SPECVIZ_CACHE inherited) and drives it
+with Playwright. The numbers on the page are checked against the same request run here, in the
+test process, through `specviz.pipeline.compare`: greedy decoding is deterministic, so the pass
+counts must match exactly (wall times differ and are not compared).
+
+Run: python -m pytest tests/test_app_browser.py -q     (about 1-2 minutes on 2 cores)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+POLICIES = ["static", "heuristic", "dynamic", "oracle"]
+PROMPT = "Explain what a hash table is, with a short Python example."
+MAX_NEW_TOKENS = 48
+RUN_TIMEOUT_MS = 600_000  # generous: the CI machine has 2 cores and is often shared
+
+sync_api = pytest.importorskip("playwright.sync_api")
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("app") / "app.log"
+    # A large time budget so a busy machine slows the run down instead of cutting it short.
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", SPECVIZ_TIME_BUDGET_S="1200")
+    env.pop("GRADIO_SERVER_PORT", None)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"app.py did not serve within 120 s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url, log_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def expected_comparison():
+    """The same request through the engine in this process."""
+    from specviz.models import DEFAULT_PRESET, get_pair
+    from specviz.pipeline import Limits, compare, make_request
+
+    request = make_request(PROMPT, "static:5,heuristic:5,dynamic:0.4:20,oracle", MAX_NEW_TOKENS)
+    return compare(get_pair(DEFAULT_PRESET), request, Limits(time_budget_s=1200))
+
+
+READ_COLUMNS_JS = """(policies) => {
+  const out = {};
+  for (const policy of policies) {
+    const col = document.querySelector('#col-' + policy);
+    const metrics = {};
+    for (const el of col.querySelectorAll('[data-metric]')) {
+      metrics[el.dataset.metric] = {text: el.textContent.trim(), value: el.dataset.value ?? null};
+    }
+    const kinds = {};
+    const styles = {};
+    for (const kind of ['accepted', 'rejected', 'correction', 'bonus']) {
+      const spans = col.querySelectorAll('.specviz-tokens span.tok-' + kind);
+      kinds[kind] = spans.length;
+      if (spans.length) {
+        const cs = getComputedStyle(spans[0]);
+        styles[kind] = {background: cs.backgroundColor, fontSize: parseFloat(cs.fontSize)};
+      }
+    }
+    const tokens = col.querySelector('.specviz-tokens');
+    out[policy] = {metrics, kinds, styles, state: col.querySelector('.specviz-column')?.dataset.state,
+                   label: tokens ? tokens.dataset.label : null};
+  }
+  return out;
+}"""
+
+READ_PLOT_JS = """() => {
+  const gd = document.querySelector('#lookahead-plot .js-plotly-plot');
+  if (!gd || !gd.data) return null;
+  return gd.data.map(d => ({name: d.name, meta: d.meta ?? null, n: (d.x || []).length}));
+}"""
+
+
+def test_run_fills_all_columns_with_engine_counts(app_url, browser):
+    url, log_path = app_url
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    console_errors: list[str] = []
+    dialogs: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console_errors.append(f"page error: {e}"))
+
+    def on_dialog(dialog):
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+
+    page.goto(url)
+    page.wait_for_selector("#run", timeout=60_000)
+    for policy in POLICIES:
+        assert "waiting" in page.inner_text(f"#col-{policy}")
+
+    prompt = page.locator("#prompt textarea")
+    prompt.fill("")
+    prompt.type(PROMPT, delay=5)
+    tokens = page.locator("#max-new-tokens input[type=number]")
+    tokens.fill(str(MAX_NEW_TOKENS))
+    tokens.press("Enter")
+    assert page.locator("#max-new-tokens input[type=range]").input_value() == str(MAX_NEW_TOKENS)
+
+    page.evaluate("() => { window.__specvizAlerts = []; "
+                  "window.alert = (m) => { window.__specvizAlerts.push(String(m)); }; }")
+    page.click("#run")
+    page.wait_for_function(
+        "(ps) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))",
+        arg=POLICIES, timeout=RUN_TIMEOUT_MS,
+    )
+    page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=60_000)
+    page.wait_for_function(READ_PLOT_JS.replace("return gd.data", "return gd.data.length > 8 && gd.data"),
+                           timeout=30_000)
+    page.wait_for_timeout(500)  # let plotly finish drawing before the screenshot
+
+    shown = page.evaluate(READ_COLUMNS_JS, POLICIES)
+    plot = page.evaluate(READ_PLOT_JS)
+    status_text = page.inner_text("#status")
+    toasts = page.locator(".toast-body.error, .toast-body.warning").count()
+    alerts = page.evaluate("() => window.__specvizAlerts")
+
+    artifacts = ROOT / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "app.png"), full_page=True)
+    (ROOT / "docs").mkdir(exist_ok=True)
+    shutil.copyfile(artifacts / "app.png", ROOT / "docs" / "screenshot.png")
+    page.close()
+
+    # The engine's own run of the same request, after the browser run (2 cores: no overlap).
+    comparison = expected_comparison()
+    assert not comparison.partial, "the reference run hit the time budget"
+
+    assert toasts == 0, "an error toast was shown"
+    assert alerts == [] and dialogs == [], f"alert/dialog fired: {alerts} {dialogs}"
+    assert "Done" in status_text, status_text
+    assert console_errors == [], f"browser console errors: {console_errors}"
+
+    for trace in comparison.traces:
+        col = shown[trace.policy]
+        assert col["state"] == "done"
+        assert col["label"] == trace.label
+        m = col["metrics"]
+        assert int(m["new_tokens"]["text"]) == trace.new_tokens, trace.label
+        assert int(m["target_passes"]["text"]) == trace.target_passes, trace.label
+        assert int(m["draft_passes"]["text"]) == trace.draft_passes, trace.label
+        assert float(m["acceptance_rate"]["value"]) == pytest.approx(trace.acceptance_rate), trace.label
+        assert m["mean_accepted_length"]["text"] == f"{trace.mean_accepted_length:.2f}", trace.label
+        assert m["lossless"]["value"] == {True: "true", False: "false", None: "unknown"}[trace.lossless]
+
+        expected_kinds = {
+            "accepted": trace.accepted,
+            "rejected": sum(r.rejected for r in trace.rounds),
+            "correction": sum(r.target_kind == "correction" for r in trace.rounds),
+            "bonus": sum(r.target_kind == "bonus" for r in trace.rounds),
+        }
+        assert col["kinds"] == expected_kinds, trace.label
+        for kind, count in expected_kinds.items():
+            if count:
+                style = col["styles"][kind]
+                assert style["background"] not in ("rgba(0, 0, 0, 0)", "transparent"), (trace.label, kind)
+                assert style["fontSize"] >= 16, (trace.label, kind)
+    assert sorted(t.policy for t in comparison.traces) == sorted(POLICIES)
+
+    assert plot is not None, "no lookahead chart"
+    metas = [d["meta"] or {} for d in plot]
+    assert sum(meta.get("series") == "oracle_ideal" for meta in metas) == 1
+    drafted = sorted(meta.get("policy") for meta in metas if meta.get("series") == "drafted")
+    assert drafted == sorted(POLICIES)
+    accepted = sorted(meta.get("policy") for meta in metas if meta.get("series") == "accepted")
+    assert accepted == sorted(POLICIES)
+    assert "Traceback" not in log_path.read_text()
