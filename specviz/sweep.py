@@ -7,10 +7,13 @@ the target passes and the draft passes of any policy follow by bookkeeping alone
 
 * target passes are exact (as exact as the draft table: see the note on batching in oracle.py);
 * draft passes are exact for policies that stop on their own at the first rejected token.
-  Beyond it the draft continues from its own wrong token, which the table cannot see; the
-  replay takes those continuations from the rounds of the policies actually run (greedy drafts
-  are deterministic, so every policy that drafted past a given wrong token saw the same
-  continuation), and where none went that far, assumes the probabilities along the answer.
+  Beyond it the draft continues from its own wrong token, which the table cannot see.
+
+So the replay prefers what the runs that were made actually saw (greedy drafts are
+deterministic): a real round that started at the same position gives the proposal itself, a
+real rejection at the same position gives what the draft proposed after it. Only where no run
+went that far does it fall back to the table, and past a rejection to the probabilities along
+the answer. With a dynamically quantized draft the table is itself an estimate (oracle.py).
 
 Time is estimated from the per-pass costs measured in the real run.
 """
@@ -56,37 +59,57 @@ class PassCosts:
 DraftView = tuple[int, float, float]  # token, probability, entropy
 
 
-def off_path_continuations(comparison: Comparison) -> dict[int, list[DraftView]]:
-    """For each answer position where a draft token was rejected, what the draft proposed after
-    it, taken from the longest such continuation among the policies that were run."""
-    seen: dict[int, list[DraftView]] = {}
+@dataclass(frozen=True)
+class Observations:
+    """What the draft really proposed in the runs that were made, to prefer over the table.
+
+    `round_starts[p]`: the longest proposal of a real round that started at answer position p.
+    `after_rejection[p]`: what the draft proposed after a rejected token at position p.
+    """
+
+    round_starts: dict[int, list[DraftView]]
+    after_rejection: dict[int, list[DraftView]]
+
+
+def observations(comparison: Comparison) -> Observations:
+    starts: dict[int, list[DraftView]] = {}
+    after: dict[int, list[DraftView]] = {}
     for trace in comparison.traces:
+        if trace.temperature > 0:
+            continue
         for r in trace.rounds:
-            if r.accepted < r.lookahead and len(r.draft_entropies) == r.lookahead:
-                after = slice(r.accepted + 1, r.lookahead)
-                tail = list(zip(r.draft_ids[after], r.draft_probs[after], r.draft_entropies[after]))
-                if len(tail) > len(seen.get(r.position + r.accepted, [])):
-                    seen[r.position + r.accepted] = tail
-    return seen
+            if len(r.draft_entropies) != r.lookahead:
+                continue  # an import from an older file: no entropies, use the table
+            views = list(zip(r.draft_ids, r.draft_probs, r.draft_entropies))
+            if len(views) > len(starts.get(r.position, [])):
+                starts[r.position] = views
+            tail = views[r.accepted + 1:]
+            if r.accepted < r.lookahead and len(tail) > len(after.get(r.position + r.accepted, [])):
+                after[r.position + r.accepted] = tail
+    return Observations(starts, after)
 
 
 def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReference, max_new_tokens: int,
-                  eos_ids: Iterable[int] = (), off_path: dict[int, list[DraftView]] | None = None) -> tuple[int, int]:
-    """Target and draft passes `policy` needs to produce `reference`, from the draft table alone."""
+                  eos_ids: Iterable[int] = (), seen: Observations | None = None) -> tuple[int, int]:
+    """Target and draft passes `policy` needs to produce `reference`, from the draft table and
+    whatever real rounds were observed."""
     eos = set(eos_ids)
-    off_path = off_path or {}
+    seen = seen or Observations({}, {})
     end = len(reference)
     position = target_passes = draft_passes = 0
     while position < end:
         budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
+        observed = seen.round_starts.get(position, [])
         drafted = accepted = 0
         rejected_at: int | None = None  # answer position of this round's first wrong draft token
         probs: list[float] = []
         for index in range(budget):
             at = position + index
-            beyond = off_path.get(rejected_at, []) if rejected_at is not None else []
+            beyond = seen.after_rejection.get(rejected_at, []) if rejected_at is not None else []
             steps_beyond = at - rejected_at - 1 if rejected_at is not None else -1
-            if 0 <= steps_beyond < len(beyond):
+            if index < len(observed):
+                token, prob, entropy = observed[index]
+            elif 0 <= steps_beyond < len(beyond):
                 token, prob, entropy = beyond[steps_beyond]
             else:
                 clamped = min(at, end - 1)  # past the answer's end: reuse its last entry
@@ -108,14 +131,14 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
 
 
 def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = None,
-           eos_ids: Iterable[int] = (), off_path: dict[int, list[DraftView]] | None = None) -> Replay:
+           eos_ids: Iterable[int] = (), seen: Observations | None = None) -> Replay:
     if comparison.draft_along_reference is None:
         raise ValueError("what-if replays need a greedy run (its draft table)")
     costs = costs or PassCosts.measured(comparison)
-    off_path = off_path if off_path is not None else off_path_continuations(comparison)
+    seen = seen if seen is not None else observations(comparison)
     target_passes, draft_passes = replay_passes(policy, comparison.baseline.token_ids,
                                                 comparison.draft_along_reference, comparison.max_new_tokens,
-                                                eos_ids, off_path)
+                                                eos_ids, seen)
     seconds = target_passes * costs.target_s + draft_passes * costs.draft_s
     speedup = comparison.baseline.wall_s / seconds if seconds > 0 else 0.0
     return Replay(policy.label, target_passes, draft_passes, seconds, speedup)
@@ -132,10 +155,10 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = ()) -> Sweep:
     """Dynamic thresholds 0.05..0.95 and static k 1..20, replayed on one greedy run."""
     costs = PassCosts.measured(comparison)
     eos = list(eos_ids)
-    off_path = off_path_continuations(comparison)
+    seen = observations(comparison)
     oracle = next((t for t in comparison.traces if t.policy == "oracle"), None)
     return Sweep(
-        thresholds=[replay(comparison, Dynamic(t, 20), costs, eos, off_path) for t in THRESHOLDS],
-        static=[replay(comparison, Static(k), costs, eos, off_path) for k in STATIC_KS],
+        thresholds=[replay(comparison, Dynamic(t, 20), costs, eos, seen) for t in THRESHOLDS],
+        static=[replay(comparison, Static(k), costs, eos, seen) for k in STATIC_KS],
         oracle_target_passes=oracle.target_passes if oracle else None,
     )

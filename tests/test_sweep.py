@@ -5,7 +5,7 @@ import pytest
 from specviz.engine import generate, target_only
 from specviz.oracle import draft_predictions
 from specviz.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
-from specviz.sweep import STATIC_KS, THRESHOLDS, off_path_continuations, replay, replay_passes, sweep
+from specviz.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 from specviz.trace import Comparison, DraftAlongReference
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -39,12 +39,14 @@ def test_runs_that_were_made_are_replayed_exactly(tiny_comparison):
         assert (predicted.target_passes, predicted.draft_passes) == (trace.target_passes, trace.draft_passes)
 
 
-def test_off_path_continuations_come_from_rejected_rounds(tiny_comparison):
-    seen = off_path_continuations(tiny_comparison)
+def test_observations_come_from_the_real_rounds(tiny_comparison):
+    seen = observations(tiny_comparison)
     rounds = [r for t in tiny_comparison.traces for r in t.rounds if r.accepted < r.lookahead - 1]
     assert rounds, "the tiny pair should reject inside some rounds"
     for r in rounds:
-        assert len(seen[r.position + r.accepted]) >= r.lookahead - r.accepted - 1
+        assert len(seen.after_rejection[r.position + r.accepted]) >= r.lookahead - r.accepted - 1
+        assert seen.round_starts[r.position][: r.lookahead] == list(zip(r.draft_ids, r.draft_probs,
+                                                                         r.draft_entropies))
 
 
 def test_sweep_covers_thresholds_and_k_and_estimates_time(tiny_comparison):
