@@ -47,7 +47,8 @@ def tiny_unrelated_pair():
     """Two independent 8-token models: their distributions differ a lot, as sampling tests need."""
     from specviz.models import build_pair
 
-    return build_pair("tiny", tiny_llama(0), tiny_llama(1), tokenizer=None, device=torch.device("cpu"))
+    return build_pair("tiny", tiny_llama(0, sharpness=10.0), tiny_llama(1, sharpness=10.0), tokenizer=None,
+                      device=torch.device("cpu"))
 
 
 @pytest.fixture(scope="session")
