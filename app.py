@@ -10,28 +10,42 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
+from html import escape as html_escape
+from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
 from specviz.errors import SpecVizError
+from specviz.export import SWEEP_HEADERS, sweep_rows, write_all
 from specviz.models import DEFAULT_PRESET, PRESETS, get_pair
 from specviz.pipeline import Limits, make_request, run_comparison
-from specviz.plots import lookahead_figure, progress_figure
-from specviz.render import LEGEND_HTML, SUMMARY_HEADERS, TOKEN_CSS, summary_rows
+from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
+from specviz.render import LEGEND_HTML, SUMMARY_HEADERS, TOKEN_CSS, render_trace, summary_rows
+from specviz.sweep import sweep
 from specviz.ui_helpers import (
-    POLICY_COLUMNS,
+    ALL_COLUMNS,
+    EXTRA_COLUMNS,
+    MAX_IMPORT_BYTES,
     POLICY_TITLES,
+    active_columns,
     column_htmls,
     done_message,
+    load_comparison_file,
     load_examples,
     max_new_tokens_value,
     modes_string,
     next_policy,
+    placeholder_html,
     preset_info,
+    replay_html,
+    replay_step,
+    seed_value,
     server_options,
     status_html,
+    temperature_value,
 )
 
 logger = logging.getLogger("specviz.app")
@@ -62,6 +76,44 @@ APP_CSS = """
 #status { min-height: 56px; }
 .specviz-column { border: 1px solid rgba(128, 128, 128, 0.45); border-radius: 8px; padding: 6px 8px; }
 .specviz-column[data-state="running"] { border: 2px solid #0072B2; }
+#replay { outline: none; }
+#replay:focus-within { box-shadow: 0 0 0 3px rgba(0, 114, 178, 0.45); border-radius: 8px; }
+.specviz-replay { font-size: 19px; line-height: 1.6; }
+.specviz-replay .replay-head { font-size: 22px; font-weight: bold; margin-bottom: 6px; }
+.specviz-replay .replay-line { margin: 6px 0; }
+.specviz-replay .replay-context { font-family: ui-monospace, Menlo, Consolas, monospace; white-space: pre-wrap;
+  overflow-wrap: anywhere; background: rgba(128, 128, 128, 0.10); padding: 2px 6px; border-radius: 4px; }
+.specviz-replay table.replay-drafts { border-collapse: collapse; font-size: 19px; margin: 4px 0; }
+.specviz-replay table.replay-drafts th, .specviz-replay table.replay-drafts td {
+  border: 1px solid rgba(128, 128, 128, 0.45); padding: 3px 10px; text-align: left; }
+.specviz-replay table.replay-drafts td .tok { font-family: ui-monospace, Menlo, Consolas, monospace;
+  white-space: pre; font-size: 20px; }
+.specviz-replay .replay-counts { font-size: 20px; }
+.specviz-replay-context-title { font-size: 17px; font-weight: bold; margin-top: 10px; }
+#replay-help { font-size: 15px; opacity: 0.8; }
+"""
+
+# Left/right arrows step the replay while focus is inside the replay panel (click it first); never
+# while typing in a text box. The buttons do the work, so keys and clicks behave the same.
+REPLAY_JS = """
+() => {
+  const panel = () => document.getElementById('replay');
+  const arm = () => { const p = panel(); if (p && !p.hasAttribute('tabindex')) p.setAttribute('tabindex', '0'); };
+  arm();
+  new MutationObserver(arm).observe(document.body, {childList: true, subtree: true});
+  document.addEventListener('keydown', (event) => {
+    if (event.key !== 'ArrowLeft' && event.key !== 'ArrowRight') return;
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    const p = panel();
+    const active = document.activeElement;
+    if (!p || !active || !p.contains(active)) return;
+    const tag = active.tagName;
+    if (tag === 'TEXTAREA' || tag === 'SELECT' || active.isContentEditable) return;
+    if (tag === 'INPUT') return;  /* the slider's own arrows, the number box, the dropdown */
+    const button = document.querySelector(event.key === 'ArrowLeft' ? '#replay-prev' : '#replay-next');
+    if (button) { event.preventDefault(); button.click(); }
+  });
+}
 """
 
 # Model work is serialized: a run cancelled by Stop finishes its current step in a worker thread,
@@ -81,31 +133,45 @@ def _table(comparison) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUMMARY_HEADERS)
 
 
-def _outputs(status: str, columns: list[str], lookahead=None, progress=None, table=None, state=None) -> tuple:
+def _outputs(status: str, columns: list[str], lookahead=None, progress=None, table=None, state=None,
+             eos=None) -> tuple:
     """The handler's outputs in order; None for a plot/table/state means: leave it as it is."""
     skip = gr.skip()
     return (status, *columns,
             skip if lookahead is None else lookahead,
             skip if progress is None else progress,
             skip if table is None else table,
-            skip if state is None else state)
+            skip if state is None else state,
+            skip if eos is None else eos)
 
 
-def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max,
+def _columns(comparison, active=ALL_COLUMNS, **kwargs) -> list[str]:
+    """HTML for all six columns: the active ones from the comparison, the others say "not run"."""
+    shown = dict(zip(active, column_htmls(comparison, order=active, **kwargs)))
+    return [shown.get(policy) or placeholder_html(policy, "skipped", "not run (tick its box under Policy settings)")
+            for policy in ALL_COLUMNS]
+
+
+def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
+        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0,
         progress=gr.Progress()):  # noqa: B008 - gradio's idiom for a progress tracker
     """Run the comparison, yielding after the baseline+oracle step and after each policy."""
     comparison = None
+    active = active_columns(bool(adaptive_on), bool(entropy_on))
     try:
         limits = Limits.from_env()
-        modes = modes_string(static_k, heuristic_k, threshold, dynamic_max)
+        modes = modes_string(static_k, heuristic_k, threshold, dynamic_max,
+                             adaptive_t0 if adaptive_on else None, entropy_h if entropy_on else None)
         request = make_request(prompt, modes, max_new_tokens_value(max_new_tokens, limits.max_new_tokens),
-                               limits=limits)
-        logger.info("run: preset=%s max_new_tokens=%d modes=%s prompt_chars=%d", preset, request.max_new_tokens,
-                    modes, len(request.prompt))
+                               temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits)
+        logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g prompt_chars=%d", preset,
+                    request.max_new_tokens, modes, request.temperature, len(request.prompt))
         empty = _table(None)
-        yield (status_html("Loading the model pair…", "running"), *column_htmls(None),
-               None, None, empty, None)
+        yield (status_html("Loading the model pair…", "running"), *_columns(None, active),
+               None, None, empty, None, gr.skip())
         pair = get_pair(preset, progress=lambda message: progress(None, desc=message))
+        eos = sorted(pair.eos_token_ids)
+        runs = len(active) - (1 if request.temperature > 0 else 0)  # sampled runs skip the oracle
 
         done = [0]
         total = 2 + len(request.modes)  # baseline, oracle search, then one step per policy
@@ -115,7 +181,9 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             done[0] += 1
 
         yield _outputs(status_html("Running the target alone (baseline) and finding the oracle's ideal "
-                                   "lookahead…", "running"), column_htmls(None))
+                                   "lookahead…" if request.temperature <= 0 else
+                                   "Running the target alone (baseline, sampled)…", "running"),
+                       _columns(None, active), eos=eos)
         steps = run_comparison(pair, request, limits, progress=say)
         while True:
             with MODEL_LOCK:
@@ -123,11 +191,11 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             if step is None:
                 break
             comparison = step
-            upcoming = next_policy(comparison)
+            upcoming = next_policy(comparison, active)
             message = (f"Running {POLICY_TITLES[upcoming].lower()}… "
-                       f"({len(comparison.traces)} of {len(POLICY_COLUMNS)} policies done)"
+                       f"({len(comparison.traces)} of {runs} policies done)"
                        if upcoming and not comparison.partial else "Finishing…")
-            yield _outputs(status_html(message, "running"), column_htmls(comparison),
+            yield _outputs(status_html(message, "running"), _columns(comparison, active),
                            _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison)), _table(comparison),
                            comparison)
         if comparison is not None:
@@ -135,21 +203,127 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             note = "not run: time budget ran out" if comparison.partial else None
             logger.info("run finished: %d policies%s", len(comparison.traces), " (partial)" if comparison.partial else "")
             yield _outputs(status_html(done_message(comparison), state),
-                           column_htmls(comparison, running=False, note=note))
+                           _columns(comparison, active, running=False, note=note))
     except SpecVizError as error:
         yield _outputs(status_html(str(error), "error"),
-                       column_htmls(comparison, running=False, note="no result (see the message above)"))
+                       _columns(comparison, active, running=False, note="no result (see the message above)"))
     except Exception:  # anything unexpected: log it, tell the user, end the spinner
         logger.exception("SpecViz run failed")
         yield _outputs(status_html("Something went wrong on the server; the error was logged. "
                                    "Try again, perhaps with fewer tokens.", "error"),
-                       column_htmls(comparison, running=False, note="no result"))
+                       _columns(comparison, active, running=False, note="no result"))
 
 
 def stop(comparison):
     """After Stop cancelled the run: keep finished columns, mark the others as stopped."""
+    active = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or (
+        comparison is not None and any(t.policy == p for t in comparison.traces))]
     return (status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
-            *column_htmls(comparison, running=False, note="stopped"))
+            *_columns(comparison, active, running=False, note="stopped"))
+
+
+# ---- after a run or an import: what-if sweep, threshold chart, replay, downloads --------------
+
+REPLAY_EMPTY = '<div class="specviz-replay"><i>Run a comparison (or import one) to step through its rounds.</i></div>'
+
+
+def views(comparison, eos):
+    """The views computed from a finished comparison (milliseconds: no models involved)."""
+    skip = gr.skip()
+    if comparison is None or not comparison.traces:
+        return (skip,) * 10
+    eos_ids = frozenset(eos or ())
+    if comparison.draft_along_reference is not None:
+        result = sweep(comparison, eos_ids)
+        sweep_plot = gr.Plot(sweep_figure(result, comparison), visible=True)
+        sweep_table = gr.Dataframe(pd.DataFrame(sweep_rows(result), columns=SWEEP_HEADERS), visible=True)
+        note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
+                "target passes are exact, time is estimated from this run's per-pass costs. "
+                "Stars mark the settings actually run.")
+    else:
+        sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
+        note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"
+                f" (T={comparison.temperature:g}), so there is no single answer to replay."
+                if comparison.temperature > 0 else "This run has no draft table to replay (it was cut short).")
+    adaptive = any(t.policy == "adaptive" for t in comparison.traces)
+    threshold_plot = gr.Plot(_fit(threshold_figure(comparison)) if adaptive else None, visible=adaptive)
+    labels = [t.label for t in comparison.traces]
+    trace = comparison.traces[0]
+    extra = [gr.Column(visible=any(t.policy == p for t in comparison.traces)) for p in EXTRA_COLUMNS]
+    return (sweep_plot, sweep_table, note, threshold_plot,
+            gr.Dropdown(choices=labels, value=trace.label, interactive=True),
+            gr.Slider(minimum=1, maximum=max(2, len(trace.rounds)), value=1, step=1, interactive=True),
+            _replay_panel(comparison, trace.label, 1, eos), *extra)
+
+
+def _replay_panel(comparison, label, number, eos) -> str:
+    if comparison is None or not label:
+        return REPLAY_EMPTY
+    try:
+        trace = comparison.trace(label)
+    except KeyError:
+        return REPLAY_EMPTY
+    if not trace.rounds:
+        return f'<div class="specviz-replay">{html_escape(label)} has no rounds.</div>'
+    step = replay_step(trace, int(number or 1) - 1, frozenset(eos or ()))
+    return (replay_html(step) + '<div class="specviz-replay-context-title">The round in the whole answer '
+            '(outlined):</div>' + render_trace(trace, current_round=trace.rounds[step.index].index))
+
+
+def replay_pick(comparison, label, eos):
+    """A policy picked in the replay dropdown: back to its first round."""
+    rounds = 1
+    if comparison is not None and label:
+        try:
+            rounds = max(1, len(comparison.trace(label).rounds))
+        except KeyError:
+            pass
+    return gr.Slider(minimum=1, maximum=max(2, rounds), value=1), _replay_panel(comparison, label, 1, eos)
+
+
+def replay_move(comparison, label, number, eos, delta):
+    if comparison is None or not label:
+        return gr.skip(), REPLAY_EMPTY
+    try:
+        rounds = max(1, len(comparison.trace(label).rounds))
+    except KeyError:
+        return gr.skip(), REPLAY_EMPTY
+    number = max(1, min(rounds, int(number or 1) + delta))
+    return number, _replay_panel(comparison, label, number, eos)
+
+
+def exports(comparison, eos, png=False):
+    """Write the downloads into a fresh temporary folder (never a path from the visitor)."""
+    if comparison is None:
+        return gr.skip(), gr.skip()
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="specviz-export-"))
+        paths, warnings = write_all(comparison, folder, frozenset(eos or ()), png=png)
+    except Exception:
+        logger.exception("export failed")
+        return gr.skip(), "The downloads could not be written; the error was logged."
+    kinds = "JSON, CSV and charts as HTML" + (" and PNG" if png and not warnings else "")
+    note = f"Ready: {kinds}." + (" " + " ".join(warnings) if warnings else "")
+    return [str(p) for p in paths], note
+
+
+def import_json(path):
+    """Show a comparison from an uploaded JSON file, without any model."""
+    try:
+        comparison = load_comparison_file(path)
+    except SpecVizError as error:
+        return _outputs(status_html(f"Import failed: {error}", "error"), [gr.skip()] * len(ALL_COLUMNS))
+    except Exception:
+        logger.exception("import failed")
+        return _outputs(status_html("Import failed: the file could not be read.", "error"),
+                        [gr.skip()] * len(ALL_COLUMNS))
+    present = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
+    mode = "sampled" if comparison.temperature > 0 else "greedy"
+    message = (f"Imported a {mode} run of {comparison.preset} ({len(comparison.traces)} policies, "
+               f"{comparison.max_new_tokens} max new tokens); no model was run.")
+    return _outputs(status_html(message, "done"), _columns(comparison, present, running=False),
+                    _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison)), _table(comparison),
+                    comparison, [])
 
 
 def build_demo() -> gr.Blocks:
@@ -169,7 +343,8 @@ def build_demo() -> gr.Blocks:
             with gr.Column(scale=2, min_width=320):
                 preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
                                      info=preset_info(PRESETS, DEFAULT_PRESET), elem_id="preset")
-                max_tokens = gr.Slider(16, limits.max_new_tokens, value=min(128, limits.max_new_tokens), step=1,
+                max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
+                                       value=min(128, limits.max_new_tokens), step=1,
                                        label="Max new tokens", elem_id="max-new-tokens")
                 with gr.Accordion("Policy settings", open=False, elem_id="policy-settings"):
                     with gr.Row():
@@ -182,6 +357,20 @@ def build_demo() -> gr.Blocks:
                                               elem_id="dynamic-threshold")
                         dynamic_max = gr.Number(20, label="dynamic max tokens", precision=0, minimum=1,
                                                 maximum=64, elem_id="dynamic-max")
+                    with gr.Row():
+                        adaptive_on = gr.Checkbox(False, label="adaptive column", elem_id="adaptive-on",
+                                                  info="dynamic, threshold re-fitted every round")
+                        adaptive_t0 = gr.Number(0.4, label="adaptive start threshold", minimum=0, maximum=1,
+                                                step=0.05, elem_id="adaptive-t0")
+                    with gr.Row():
+                        entropy_on = gr.Checkbox(False, label="entropy column", elem_id="entropy-on",
+                                                 info="stop when the draft is unsure")
+                        entropy_h = gr.Number(1.0, label="entropy bound (nats)", minimum=0, step=0.1,
+                                              elem_id="entropy-h")
+                with gr.Row():
+                    temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
+                                            elem_id="temperature")
+                    seed = gr.Number(1, label="Seed (sampling)", precision=0, minimum=0, elem_id="seed")
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -189,32 +378,93 @@ def build_demo() -> gr.Blocks:
                                      "idle"), elem_id="status")
         gr.HTML(LEGEND_HTML, elem_id="legend")
         columns = []
+        extra_boxes = []
         with gr.Row(equal_height=False, elem_id="columns"):
-            for policy, html in zip(POLICY_COLUMNS, column_htmls(None, running=False, note="waiting…")):
-                with gr.Column(min_width=260):
+            for policy, html in zip(ALL_COLUMNS, column_htmls(None, running=False, note="waiting…",
+                                                               order=ALL_COLUMNS)):
+                with gr.Column(min_width=260, visible=policy not in EXTRA_COLUMNS) as box:
                     columns.append(gr.HTML(html, elem_id=f"col-{policy}", elem_classes=["specviz-col"]))
+                if policy in EXTRA_COLUMNS:
+                    extra_boxes.append(box)
         with gr.Row(equal_height=False):
             lookahead_plot = gr.Plot(label="Lookahead per round", elem_id="lookahead-plot", min_width=420)
             progress_plot = gr.Plot(label="Tokens per target pass", elem_id="progress-plot", min_width=420)
         summary = gr.Dataframe(value=_table(None), headers=SUMMARY_HEADERS, label="Summary", interactive=False,
                                elem_id="summary", wrap=True)
+        threshold_plot = gr.Plot(label="Confidence threshold per round", elem_id="threshold-plot", visible=False)
+        with gr.Accordion("Replay round by round", open=True, elem_id="replay"):
+            gr.Markdown("Pick a policy and step through its rounds: **◀ Prev** / **Next ▶**, the slider, or "
+                        "the ← / → keys after clicking in this panel.", elem_id="replay-help")
+            with gr.Row():
+                replay_policy = gr.Dropdown(choices=[], label="Policy", elem_id="replay-policy",
+                                            interactive=True, scale=2)
+                replay_round = gr.Slider(1, 2, value=1, step=1, label="Round", elem_id="replay-round", scale=3)
+                prev_button = gr.Button("◀ Prev", elem_id="replay-prev", scale=1)
+                next_button = gr.Button("Next ▶", elem_id="replay-next", scale=1)
+            replay_panel = gr.HTML(REPLAY_EMPTY, elem_id="replay-panel")
+        with gr.Accordion("What if? Other lookahead settings on this run", open=True, elem_id="sweep-accordion"):
+            sweep_note = gr.Markdown("After a greedy run, every dynamic threshold and static k is replayed here.",
+                                     elem_id="sweep-note")
+            sweep_plot = gr.Plot(label="What-if sweep", elem_id="sweep-plot", visible=False)
+            sweep_table = gr.Dataframe(headers=SWEEP_HEADERS, label="Replayed policies", interactive=False,
+                                       max_height=360,
+                                       elem_id="sweep-table", visible=False)
+        with gr.Accordion("Download or import", open=True, elem_id="files-accordion"), gr.Row():
+            with gr.Column():
+                downloads = gr.File(label="Downloads: comparison.json, rounds.csv, charts", file_count="multiple",
+                                    interactive=False, elem_id="downloads")
+                export_note = gr.Markdown("", elem_id="export-note")
+                png_button = gr.Button("Also make PNG images of the charts", elem_id="make-png")
+            with gr.Column():
+                upload = gr.File(label=f"Import a comparison (.json, at most {MAX_IMPORT_BYTES // 2**20} MB)",
+                                 file_types=[".json"], type="filepath", elem_id="import")
         last = gr.State(None)
+        eos_state = gr.State([])
 
         preset.change(lambda name: gr.Dropdown(info=preset_info(PRESETS, name)), preset, preset,
                       queue=False, show_progress="hidden")
+        for checkbox, box in zip([adaptive_on, entropy_on], extra_boxes):
+            checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False,
+                            show_progress="hidden")
+        view_outputs = [sweep_plot, sweep_table, sweep_note, threshold_plot, replay_policy, replay_round,
+                        replay_panel, *extra_boxes]
         run_event = run_button.click(
             run,
-            inputs=[prompt, preset, max_tokens, static_k, heuristic_k, threshold, dynamic_max],
-            outputs=[status, *columns, lookahead_plot, progress_plot, summary, last],
+            inputs=[prompt, preset, max_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature, seed,
+                    adaptive_on, adaptive_t0, entropy_on, entropy_h],
+            outputs=[status, *columns, lookahead_plot, progress_plot, summary, last, eos_state],
             show_progress="full", show_progress_on=[status], concurrency_id="specviz-model",
             api_name="compare",
             # After Stop the frontend may still count the cancelled run as pending; "once" would then
             # swallow the next click on Run. Runs are serialized by the queue either way.
             trigger_mode="multiple",
         )
+        # The views need no model: they run outside the model queue, right after the run ends.
+        run_event.then(views, [last, eos_state], view_outputs, show_progress="hidden",
+                       concurrency_id="specviz-views", concurrency_limit=None).then(
+            exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
+            concurrency_id="specviz-export")
         stop_button.click(stop, inputs=[last], outputs=[status, *columns], cancels=[run_event],
                           show_progress="hidden", concurrency_id="specviz-stop", concurrency_limit=None)
-    demo.queue(default_concurrency_limit=1, max_size=int(os.environ.get("SPECVIZ_QUEUE_SIZE", "16")))
+        upload.upload(import_json, upload, [status, *columns, lookahead_plot, progress_plot, summary, last, eos_state],
+                      show_progress="hidden", concurrency_id="specviz-views", concurrency_limit=None).then(
+            views, [last, eos_state], view_outputs, show_progress="hidden", concurrency_id="specviz-views",
+            concurrency_limit=None).then(
+            exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
+            concurrency_id="specviz-export").then(
+            lambda: None, None, upload, queue=False, show_progress="hidden")  # ready for the next file
+        png_button.click(lambda c, e: exports(c, e, png=True), [last, eos_state], [downloads, export_note],
+                         concurrency_id="specviz-export")
+        replay_policy.input(replay_pick, [last, replay_policy, eos_state], [replay_round, replay_panel],
+                            queue=False, show_progress="hidden")
+        replay_round.release(lambda c, label, n, e: replay_move(c, label, n, e, 0),
+                             [last, replay_policy, replay_round, eos_state], [replay_round, replay_panel],
+                             queue=False, show_progress="hidden")
+        for button, delta in ((prev_button, -1), (next_button, 1)):
+            button.click(lambda c, label, n, e, d=delta: replay_move(c, label, n, e, d),
+                         [last, replay_policy, replay_round, eos_state], [replay_round, replay_panel],
+                         queue=False, show_progress="hidden")
+    demo.queue(default_concurrency_limit=1, max_size=limits.queue_size)
     return demo
 
 
@@ -235,7 +485,7 @@ def main(argv: list[str] | None = None) -> None:
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
         threading.Thread(target=_preload, name="specviz-preload", daemon=True).start()
     demo.launch(server_name=options.host, server_port=options.port, share=options.share,
-                theme=THEME, css=TOKEN_CSS + APP_CSS)
+                theme=THEME, css=TOKEN_CSS + APP_CSS, js=REPLAY_JS, max_file_size=MAX_IMPORT_BYTES)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,8 @@ def _unpack_bundled(destination: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+    if destination.is_symlink() or destination.is_file():
+        destination.unlink()  # a stray file where the cache folder belongs
     shutil.rmtree(destination, ignore_errors=True)
     staging.rename(destination)
 

@@ -28,19 +28,24 @@ class Limits:
     max_new_tokens: int = 512
     max_prompt_tokens: int = 2048
     time_budget_s: float = 300.0  # per request, all policies together
+    queue_size: int = 16  # requests waiting in the app's queue
 
     @classmethod
     def from_env(cls) -> Limits:
         def read(name: str, default: float, kind: type) -> float:
-            raw = os.environ.get(name)
+            # A value that is not a positive number (typo, 0, -1, nan, inf for counts) means the default:
+            # a misconfigured server should start with sane caps rather than none or a crash.
+            raw = os.environ.get(name, "").strip()
             try:
-                return kind(raw) if raw else default
-            except ValueError:
+                value = kind(float(raw)) if kind is int else kind(raw)
+            except (ValueError, OverflowError):
                 return default
+            return value if value > 0 else default  # nan is not > 0; inf (no budget) only for floats
 
         return cls(max_new_tokens=int(read("SPECVIZ_MAX_NEW_TOKENS", cls.max_new_tokens, int)),
                    max_prompt_tokens=int(read("SPECVIZ_MAX_PROMPT_TOKENS", cls.max_prompt_tokens, int)),
-                   time_budget_s=float(read("SPECVIZ_TIME_BUDGET_S", cls.time_budget_s, float)))
+                   time_budget_s=float(read("SPECVIZ_TIME_BUDGET_S", cls.time_budget_s, float)),
+                   queue_size=int(read("SPECVIZ_QUEUE_SIZE", cls.queue_size, int)))
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,10 @@ def make_request(prompt: str, modes: str | list[ModeSpec], max_new_tokens: int, 
                  seed: int | None = None, chat: bool = True, limits: Limits | None = None) -> Request:
     """Check user input before any model work; raise SpecVizError with a readable message."""
     limits = limits or Limits.from_env()
+    if isinstance(prompt, str) and "\x00" in prompt:
+        prompt = prompt.replace("\x00", "")  # NUL bytes mean nothing to a tokenizer; drop them quietly
     if not isinstance(prompt, str) or not prompt.strip():
         raise SpecVizError("The prompt is empty: type a question or a task.")
-    if "\x00" in prompt:
-        prompt = prompt.replace("\x00", "")  # NUL bytes mean nothing to a tokenizer; drop them quietly
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, float)) \
             or int(max_new_tokens) != max_new_tokens:
         raise SpecVizError(f"Max new tokens must be a whole number, got {max_new_tokens!r}.")

@@ -8,6 +8,7 @@ distinguishable with the common forms of colour blindness). Every plotted series
 from __future__ import annotations
 
 import html
+import re
 
 import plotly.graph_objects as go
 
@@ -90,6 +91,12 @@ def _round_hover(t: Trace, r: Round, comparison: Comparison) -> str:
     ])
 
 
+def _uid(text: str) -> str:
+    """A trace uid safe as a CSS class: plotly builds selectors from it, and kaleido's PNG export
+    fails on a uid with spaces, '=' or '.' (as in "static k=5")."""
+    return re.sub(r"[^A-Za-z0-9_-]", lambda m: f"_{ord(m.group()):x}_", text)
+
+
 def _oracle_line(ideal: list[int]) -> go.Scatter:
     return go.Scatter(
         x=list(range(len(ideal))),
@@ -121,7 +128,7 @@ def _round_markers(t: Trace, comparison: Comparison, color: str, symbol: str, se
         },
         text=[_round_hover(t, r, comparison) for r in t.rounds],
         hovertemplate="%{text}<extra>" + series + "</extra>",
-        uid=f"{t.label}:{series}",
+        uid=_uid(f"{t.label}:{series}"),
         meta={"label": t.label, "policy": t.policy, "series": series},
     )
 
@@ -195,7 +202,7 @@ def progress_figure(comparison: Comparison) -> go.Figure:
             line={"color": color, "width": 2},
             marker={"color": color, "symbol": symbol, "size": 6},
             hovertemplate=html.escape(t.label) + "<br>%{x} passes, %{y} tokens<extra></extra>",
-            uid=f"{t.label}:progress",
+            uid=_uid(f"{t.label}:progress"),
             meta={"label": t.label, "policy": t.policy, "series": "progress"},
         ))
     _base_layout(fig, "Tokens produced per target pass", "target forward passes", "tokens produced")
@@ -231,12 +238,15 @@ def sweep_figure(result: Sweep, comparison: Comparison) -> go.Figure:
             x = _swept_parameter(t)
             if t.policy != policy or x is None:
                 continue
-            fig.add_trace(go.Scatter(
-                x=[x, x], y=[t.target_passes, comparison.speedup(t)], mode="markers", showlegend=False,
-                marker={"size": 14, "symbol": "star", "color": color, "line": {"width": 1, "color": "black"}},
-                hovertext=[f"{html.escape(t.label)} (run): {t.target_passes} target passes",
-                           f"{html.escape(t.label)} (run): {comparison.speedup(t):.2f}x measured"],
-                hoverinfo="text", meta={"policy": policy, "series": "run", "label": t.label}), row=1, col=col)
+            # The run's own point on each panel: target passes on top, measured speedup below.
+            for row, y, hover in ((1, t.target_passes, f"{t.target_passes} target passes"),
+                                  (2, comparison.speedup(t), f"{comparison.speedup(t):.2f}x measured")):
+                fig.add_trace(go.Scatter(
+                    x=[x], y=[y], mode="markers", showlegend=False,
+                    marker={"size": 14, "symbol": "star", "color": color, "line": {"width": 1, "color": "black"}},
+                    hovertext=[f"{html.escape(t.label)} (run): {hover}"], hoverinfo="text",
+                    meta={"policy": policy, "series": "run" if row == 1 else "run_speedup", "label": t.label}),
+                    row=row, col=col)
     if result.oracle_target_passes is not None:
         for col in (1, 2):
             fig.add_hline(y=result.oracle_target_passes, line={"color": ORACLE_LINE_COLOR, "dash": "dash"},
@@ -249,7 +259,7 @@ def sweep_figure(result: Sweep, comparison: Comparison) -> go.Figure:
     fig.update_yaxes(title_text="estimated speedup", row=2, col=1)
     fig.update_xaxes(title_text="confidence threshold", row=2, col=1)
     fig.update_xaxes(title_text="k", row=2, col=2)
-    fig.update_layout(height=620)
+    fig.update_layout(height=620, showlegend=False)  # the subplot titles name each curve; a legend would cover them
     return fig
 
 

@@ -13,7 +13,7 @@ import html
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -21,16 +21,22 @@ from typing import NamedTuple
 from .errors import SpecVizError
 from .policies import MAX_LOOKAHEAD
 from .render import metrics_html, render_trace
-from .trace import Comparison, Trace
+from .trace import Comparison, Round, Trace
 
 # One column per policy, in this order, whatever the settings.
 POLICY_COLUMNS: list[str] = ["static", "heuristic", "dynamic", "oracle"]
+
+# Optional columns, shown only when their checkbox is ticked (or an imported run has them).
+EXTRA_COLUMNS: list[str] = ["adaptive", "entropy"]
+ALL_COLUMNS: list[str] = POLICY_COLUMNS + EXTRA_COLUMNS
 
 POLICY_TITLES: dict[str, str] = {
     "static": "Static",
     "heuristic": "Heuristic",
     "dynamic": "Dynamic (confidence)",
     "oracle": "Oracle",
+    "adaptive": "Adaptive (confidence)",
+    "entropy": "Entropy",
 }
 
 POLICY_BLURBS: dict[str, str] = {
@@ -38,7 +44,13 @@ POLICY_BLURBS: dict[str, str] = {
     "heuristic": "+2 after a fully accepted round, else -1",
     "dynamic": "stop drafting when draft confidence < threshold",
     "oracle": "drafts exactly until the draft disagrees",
+    "adaptive": "dynamic threshold re-fitted after every round",
+    "entropy": "stop drafting when the draft's entropy > bound",
 }
+
+ORACLE_SAMPLED_NOTE = ("not run: the oracle is a greedy idea (it drafts exactly until the draft disagrees with "
+                       "the target's greedy answer), and with temperature > 0 there is no single answer to "
+                       "agree with.")
 
 EXAMPLES_PATH = Path(__file__).resolve().parent.parent / "assets" / "examples.json"
 
@@ -82,15 +94,55 @@ def _lookahead(value: object, what: str) -> int:
 
 
 def modes_string(static_k: object = 5, heuristic_k: object = 5, threshold: object = 0.4,
-                 dynamic_max: object = 20) -> str:
-    """The `parse_modes` string for the four columns, e.g. "static:5,heuristic:5,dynamic:0.4:20,oracle"."""
+                 dynamic_max: object = 20, adaptive: object = None, entropy: object = None) -> str:
+    """The `parse_modes` string for the columns, e.g. "static:5,heuristic:5,dynamic:0.4:20,oracle".
+
+    `adaptive` (a start threshold) and `entropy` (a bound in nats) add the optional columns when
+    not None: "…,oracle,adaptive:0.4,entropy:1".
+    """
     static = _lookahead(static_k, "Static k")
     heuristic = _lookahead(heuristic_k, "Heuristic starting k")
     confidence = _number(threshold, "The dynamic threshold")
     if not 0.0 <= confidence <= 1.0:
         raise SpecVizError(f"The dynamic threshold must be between 0 and 1, got {confidence:g}.")
     most = _lookahead(dynamic_max, "Dynamic max tokens")
-    return f"static:{static},heuristic:{heuristic},dynamic:{confidence:g}:{most},oracle"
+    text = f"static:{static},heuristic:{heuristic},dynamic:{confidence:g}:{most},oracle"
+    if adaptive is not None:
+        start = _number(adaptive, "The adaptive start threshold")
+        if not 0.0 <= start <= 1.0:
+            raise SpecVizError(f"The adaptive start threshold must be between 0 and 1, got {start:g}.")
+        text += f",adaptive:{start:g}"
+    if entropy is not None:
+        bound = _number(entropy, "The entropy bound")
+        if bound < 0:
+            raise SpecVizError(f"The entropy bound must be 0 or more (nats), got {bound:g}.")
+        text += f",entropy:{bound:g}"
+    return text
+
+
+def temperature_value(value: object, limit: float = 2.0) -> float:
+    """The temperature box as a float: 0 (or empty) is greedy."""
+    if value is None or value == "":
+        return 0.0
+    temperature = _number(value, "The temperature")
+    if not 0.0 <= temperature <= limit:
+        raise SpecVizError(f"The temperature must be between 0 (greedy) and {limit:g}, got {temperature:g}.")
+    return temperature
+
+
+def seed_value(value: object) -> int | None:
+    """The seed box as an int, or None when empty."""
+    if value is None or value == "":
+        return None
+    seed = _whole(value, "The seed")
+    if seed < 0:
+        raise SpecVizError(f"The seed must be 0 or more, got {seed}.")
+    return seed
+
+
+def active_columns(adaptive: bool = False, entropy: bool = False) -> list[str]:
+    """The columns a run with these checkboxes fills."""
+    return POLICY_COLUMNS + (["adaptive"] if adaptive else []) + (["entropy"] if entropy else [])
 
 
 def max_new_tokens_value(value: object, limit: int) -> int:
@@ -168,9 +220,17 @@ def trace_for(comparison: Comparison | None, policy: str) -> Trace | None:
     return None
 
 
+def _sampled(comparison: Comparison | None) -> bool:
+    return comparison is not None and comparison.temperature > 0
+
+
 def next_policy(comparison: Comparison | None, order: Sequence[str] = POLICY_COLUMNS) -> str | None:
-    """The first column policy that has no trace yet (the one running now, during a run)."""
+    """The first column policy that has no trace yet (the one running now, during a run).
+
+    The oracle is skipped for sampled runs: it is not run then."""
     for policy in order:
+        if policy == "oracle" and _sampled(comparison):
+            continue
         if trace_for(comparison, policy) is None:
             return policy
     return None
@@ -190,6 +250,8 @@ def column_htmls(comparison: Comparison | None, *, running: bool = True, note: s
         trace = trace_for(comparison, policy)
         if trace is not None:
             out.append(result_html(trace, comparison))  # type: ignore[arg-type]
+        elif policy == "oracle" and _sampled(comparison):
+            out.append(placeholder_html(policy, "skipped", ORACLE_SAMPLED_NOTE))
         elif running:
             out.append(placeholder_html(policy, "running" if policy == current else "waiting"))
         else:
@@ -212,6 +274,9 @@ def done_message(comparison: Comparison) -> str:
     check = ("every policy's answer is identical to target-only greedy decoding"
              if traces and not lossless else
              f"{len(lossless)} policies differ from target-only greedy decoding" if lossless else "")
+    if comparison.temperature > 0:
+        check = (f"sampled at T={comparison.temperature:g}: every answer follows the target's distribution "
+                 "(compared by distribution, not token identity); the oracle is greedy-only and was not run")
     base = comparison.baseline
     text = (f"Done: {len(traces)} policies, {comparison.max_new_tokens} max new tokens, "
             f"target-only baseline {base.target_passes} passes in {base.wall_s:.1f} s")
@@ -222,6 +287,194 @@ def preset_info(presets: Mapping[str, object], name: str) -> str:
     """The description of a preset (plain text, for a widget's info line)."""
     preset = presets.get(name)
     return str(getattr(preset, "description", "")) if preset is not None else ""
+
+
+# ---- round-by-round replay -----------------------------------------------------------------
+
+
+class StopReason(NamedTuple):
+    code: str  # "budget", "threshold", "entropy", "eos", "none"
+    text: str
+
+
+def _piece(texts: Sequence[str], ids: Sequence[int], i: int) -> str:
+    return texts[i] if i < len(texts) else f"[{ids[i]}]"
+
+
+def stop_reason(r: Round, trace: Trace, eos_ids: Collection[int] = ()) -> StopReason:
+    """Why the draft stopped proposing in round `r`: budget, threshold, entropy bound or EOS.
+
+    The engine stops after a token that is EOS or that the policy rejects (probability below the
+    threshold in force, entropy above the bound), else when the round's budget is used up.
+    Without `eos_ids` (an imported run) EOS is inferred when nothing else explains an early stop.
+    """
+    if r.lookahead == 0:
+        return StopReason("budget", f"nothing drafted: the budget was {r.budget} (the answer was nearly complete)")
+    last = r.lookahead - 1
+    if r.draft_ids[last] in set(eos_ids):
+        return StopReason("eos", "the draft proposed end of text (EOS)")
+    if r.threshold is not None and last < len(r.draft_probs) and r.draft_probs[last] < r.threshold:
+        return StopReason("threshold", f"probability {r.draft_probs[last]:.2f} fell below the threshold "
+                                       f"{r.threshold:.2f}")
+    bound = trace.params.get("max_entropy") if trace.policy == "entropy" else None
+    if bound is not None and last < len(r.draft_entropies) and r.draft_entropies[last] > float(bound):
+        return StopReason("entropy", f"entropy {r.draft_entropies[last]:.2f} nats rose above the bound "
+                                     f"{float(bound):g} nats")
+    if r.lookahead >= r.budget:
+        return StopReason("budget", f"budget reached: {r.budget} token{'s' if r.budget != 1 else ''} allowed "
+                                    "this round")
+    if not eos_ids:
+        return StopReason("eos", "the draft proposed end of text (EOS)")
+    return StopReason("none", "stopped early (no reason recorded)")
+
+
+@dataclass(frozen=True)
+class DraftToken:
+    text: str
+    prob: float | None
+    entropy: float | None
+    verdict: str  # "accepted", "rejected" (the first wrong one), "discarded" (after it)
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """Everything the replay panel shows for one round of one trace."""
+
+    label: str
+    index: int  # 0-based round index
+    rounds: int  # rounds in the trace
+    context: str  # committed answer text before this round
+    tokens: list[DraftToken]
+    stop: StopReason
+    added_text: str | None  # the target's own token
+    added_kind: str | None  # "correction" or "bonus"
+    budget: int
+    threshold: float | None
+    target_passes: int  # so far, this round included
+    draft_passes: int  # so far, this round included
+
+
+def replay_step(trace: Trace, index: int, eos_ids: Collection[int] = ()) -> ReplayStep:
+    """The replay data of round `index` (clamped to the trace's rounds)."""
+    if not trace.rounds:
+        raise SpecVizError(f"{trace.label} has no rounds to replay.")
+    index = max(0, min(int(index), len(trace.rounds) - 1))
+    context = []
+    for r in trace.rounds[:index]:
+        context += [_piece(r.draft_texts, r.draft_ids, i) for i in range(r.accepted)]
+        if r.target_id is not None:
+            context.append(r.target_text if r.target_text is not None else f"[{r.target_id}]")
+    r = trace.rounds[index]
+    tokens = []
+    for i in range(r.lookahead):
+        verdict = "accepted" if i < r.accepted else "rejected" if i == r.accepted else "discarded"
+        tokens.append(DraftToken(_piece(r.draft_texts, r.draft_ids, i),
+                                 r.draft_probs[i] if i < len(r.draft_probs) else None,
+                                 r.draft_entropies[i] if i < len(r.draft_entropies) else None, verdict))
+    added = None if r.target_id is None else (r.target_text if r.target_text is not None else f"[{r.target_id}]")
+    return ReplayStep(label=trace.label, index=index, rounds=len(trace.rounds), context="".join(context),
+                      tokens=tokens, stop=stop_reason(r, trace, eos_ids), added_text=added, added_kind=r.target_kind,
+                      budget=r.budget, threshold=r.threshold, target_passes=index + 1,
+                      draft_passes=sum(x.lookahead for x in trace.rounds[: index + 1]))
+
+
+def visible_whitespace(text: str) -> str:
+    """A token with its spaces, newlines and tabs drawn (␣ ⏎ ⇥), ∅ for an empty one: for the replay table."""
+    return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") if text else "∅"
+
+
+_VERDICT_TEXT = {"accepted": "accepted", "rejected": "rejected: the target disagrees",
+                 "discarded": "thrown away (after a rejection)"}
+
+
+def replay_html(step: ReplayStep) -> str:
+    """The replay panel for one round; every model or user text is escaped."""
+    e = html.escape
+    rows = []
+    for i, t in enumerate(step.tokens):
+        kind = "accepted" if t.verdict == "accepted" else "rejected"
+        prob = "–" if t.prob is None else f"{t.prob:.2f}"
+        entropy = "–" if t.entropy is None else f"{t.entropy:.2f}"
+        rows.append(f'<tr data-verdict="{t.verdict}"><td>{i + 1}</td>'
+                    f'<td><span class="tok tok-{kind}">{e(visible_whitespace(t.text))}</span></td>'
+                    f"<td>{prob}</td><td>{entropy}</td><td>{e(_VERDICT_TEXT[t.verdict])}</td></tr>")
+    table = ('<table class="replay-drafts"><thead><tr><th>#</th><th>draft token</th><th>probability</th>'
+             '<th>entropy (nats)</th><th>target\'s verdict</th></tr></thead><tbody>'
+             + ("".join(rows) or '<tr><td colspan="5">no draft tokens this round</td></tr>')
+             + "</tbody></table>")
+    if step.added_text is None:
+        added = "none (the answer ended)"
+    else:
+        what = "correction, replacing the first rejected token" if step.added_kind == "correction" else \
+            "bonus token, after every draft token was accepted"
+        added = (f'<span class="tok tok-{e(step.added_kind or "correction")}">{e(visible_whitespace(step.added_text))}'
+                 f"</span> ({what})")
+    threshold = "" if step.threshold is None else f" · threshold in force {step.threshold:.2f}"
+    return (
+        f'<div class="specviz-replay" data-round="{step.index}" data-label="{e(step.label)}">'
+        f'<div class="replay-head">Round <span data-replay="round">{step.index + 1}</span> of '
+        f'<span data-replay="rounds">{step.rounds}</span> · {e(step.label)} · budget {step.budget}{threshold}</div>'
+        f'<div class="replay-line"><b>Context so far:</b> <span class="replay-context">'
+        f'{e(step.context) if step.context else "<i>(nothing yet: first round)</i>"}</span></div>'
+        f'<div class="replay-line"><b>The draft proposes:</b></div>{table}'
+        f'<div class="replay-line"><b>Drafting stopped:</b> <span data-replay="stop" data-code="{e(step.stop.code)}">'
+        f"{e(step.stop.text)}</span></div>"
+        f'<div class="replay-line"><b>The target adds:</b> {added}</div>'
+        f'<div class="replay-line replay-counts">Target passes so far: <b data-replay="target_passes">'
+        f'{step.target_passes}</b> · draft passes so far: <b data-replay="draft_passes">{step.draft_passes}</b></div>'
+        "</div>"
+    )
+
+
+# ---- import --------------------------------------------------------------------------------
+
+MAX_IMPORT_BYTES = 20 * 1024 * 1024
+
+
+def load_comparison_file(path: str | os.PathLike | None, max_bytes: int = MAX_IMPORT_BYTES) -> Comparison:
+    """A comparison from an uploaded JSON file (the CLI's --json / the app's export).
+
+    Raises SpecVizError with a readable message for anything that is not such a file."""
+    if not path:
+        raise SpecVizError("No file was uploaded.")
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        raise SpecVizError("The uploaded file could not be read.") from None
+    if size > max_bytes:
+        raise SpecVizError(f"The file is too large ({size / 1e6:.1f} MB); the limit is {max_bytes / 1e6:.0f} MB.")
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecVizError("The file is not UTF-8 text; export a comparison as JSON and upload that.") from None
+    return comparison_from_text(text)
+
+
+def comparison_from_text(text: str) -> Comparison:
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        line = getattr(error, "lineno", "?")
+        raise SpecVizError(f"The file is not valid JSON ({type(error).__name__}: line {line}).") from None
+    if not isinstance(data, dict) or "baseline" not in data or "modes" not in data:
+        raise SpecVizError("This JSON is not a SpecViz comparison (it needs \"baseline\" and \"modes\"; "
+                           "use a file from the Download button or the CLI's --json).")
+    try:
+        comparison = Comparison.from_dict(data)
+        for t in comparison.traces:
+            for r in t.rounds:
+                if not 0 <= r.accepted <= r.lookahead or len(r.draft_probs) > r.lookahead:
+                    raise ValueError("inconsistent round")
+                if not isinstance(r.index, int) or not isinstance(r.position, int):
+                    raise TypeError("bad round index")
+        # Render once so that a malformed value fails here and not in the middle of the view.
+        for t in comparison.traces:
+            metrics_html(t, comparison)
+            render_trace(t)
+    except Exception as error:  # noqa: BLE001 - any malformed field: one clear message
+        raise SpecVizError(f"This SpecViz comparison file is damaged or from an incompatible version "
+                           f"({type(error).__name__}).") from None
+    return comparison
 
 
 # ---- server options ------------------------------------------------------------------------

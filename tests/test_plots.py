@@ -134,3 +134,13 @@ def test_policy_colors_cover_every_policy_and_differ():
     names = {"static", "heuristic", "dynamic", "oracle", "adaptive", "entropy"}
     assert names <= set(POLICY_COLORS)
     assert len(set(POLICY_COLORS.values())) == len(POLICY_COLORS)
+
+
+def test_trace_uids_are_css_safe():
+    """Plotly turns uids into CSS selectors; kaleido's PNG export fails on "static k=5"-style uids."""
+    import re
+
+    for fig in (lookahead_figure(make_comparison()), progress_figure(make_comparison())):
+        uids = [d.uid for d in fig.data if d.uid]
+        assert uids and all(re.fullmatch(r"[A-Za-z0-9_-]+", u) for u in uids), uids
+        assert len(set(uids)) == len(uids)

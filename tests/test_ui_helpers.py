@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specviz.errors import SpecVizError
@@ -184,3 +186,171 @@ def test_server_options_bad_port():
         server_options([], {"GRADIO_SERVER_PORT": "http"})
     with pytest.raises(SystemExit):
         server_options(["--port", "70000"], {})
+
+
+# ---- explorer: extra columns, sampling, replay, import ---------------------------------------
+
+from specviz.ui_helpers import (
+    ORACLE_SAMPLED_NOTE,
+    active_columns,
+    comparison_from_text,
+    load_comparison_file,
+    replay_html,
+    replay_step,
+    seed_value,
+    stop_reason,
+    temperature_value,
+)
+
+
+def test_modes_string_with_optional_columns():
+    text = modes_string(5, 5, 0.4, 20, adaptive=0.4, entropy=1.0)
+    assert text == "static:5,heuristic:5,dynamic:0.4:20,oracle,adaptive:0.4,entropy:1"
+    specs = parse_modes(text)
+    assert [s.policy for s in specs] == POLICY_COLUMNS + ["adaptive", "entropy"]
+    assert specs[4].params["assistant_confidence_threshold"] == 0.4
+    assert specs[5].params["max_entropy"] == 1.0
+    assert modes_string(entropy=0.5) == "static:5,heuristic:5,dynamic:0.4:20,oracle,entropy:0.5"
+    assert active_columns(True, False) == POLICY_COLUMNS + ["adaptive"]
+    with pytest.raises(SpecVizError, match="adaptive start threshold"):
+        modes_string(adaptive=1.5)
+    with pytest.raises(SpecVizError, match="entropy bound"):
+        modes_string(entropy=-1)
+
+
+def test_temperature_and_seed_values():
+    assert temperature_value(None) == 0.0 and temperature_value(0.8) == 0.8
+    assert seed_value(None) is None and seed_value(3.0) == 3
+    with pytest.raises(SpecVizError, match="temperature"):
+        temperature_value(5)
+    with pytest.raises(SpecVizError, match="seed"):
+        seed_value(-1)
+    with pytest.raises(SpecVizError, match="whole number"):
+        seed_value(1.5)
+
+
+def _round(**kw) -> Round:
+    base = {"index": 0, "position": 0, "budget": 3, "draft_ids": [1, 2, 3], "draft_probs": [0.9, 0.8, 0.7],
+            "accepted": 3, "target_id": 4, "draft_entropies": [0.1, 0.2, 0.3]}
+    base.update(kw)
+    return Round(**base)
+
+
+def _trace(policy="static", params=None, rounds=()) -> Trace:
+    return Trace(policy=policy, label=policy, params=params or {}, token_ids=[], rounds=list(rounds), wall_s=1.0,
+                 stop_reason="max_new_tokens")
+
+
+def test_stop_reason_budget_threshold_entropy_eos():
+    assert stop_reason(_round(), _trace()).code == "budget"
+    assert "3 tokens" in stop_reason(_round(), _trace()).text
+    dyn = _trace("dynamic", {"assistant_confidence_threshold": 0.75})
+    low = _round(budget=20, threshold=0.75)
+    reason = stop_reason(low, dyn)
+    assert reason.code == "threshold" and "0.70" in reason.text and "0.75" in reason.text
+    ent = _trace("entropy", {"max_entropy": 0.25, "max_tokens": 20})
+    assert stop_reason(_round(budget=20), ent).code == "entropy"
+    assert stop_reason(_round(budget=20), _trace(), eos_ids={3}).code == "eos"
+    assert stop_reason(_round(budget=20), _trace()).code == "eos"  # imported: nothing else explains it
+    assert stop_reason(_round(budget=20), _trace(), eos_ids={99}).code == "none"
+    assert stop_reason(_round(budget=0, draft_ids=[], draft_probs=[], accepted=0), _trace()).code == "budget"
+    # The threshold wins over the budget when both would stop the round (the policy said stop).
+    assert stop_reason(_round(threshold=0.75), dyn).code == "threshold"
+
+
+def test_replay_step_data():
+    rounds = [
+        _round(index=0, position=0, accepted=3, draft_texts=["a", "b", "c"], target_text="D"),
+        _round(index=1, position=4, accepted=1, target_id=9, draft_texts=["e", "<f>", "g"], target_text="H"),
+        _round(index=2, position=6, budget=2, draft_ids=[5], draft_probs=[0.2], draft_entropies=[2.0],
+               accepted=0, target_id=8, draft_texts=["i"], target_text="J"),
+    ]
+    trace = _trace(rounds=rounds)
+    first = replay_step(trace, 0)
+    assert first.context == "" and first.target_passes == 1 and first.draft_passes == 3
+    assert [t.verdict for t in first.tokens] == ["accepted"] * 3 and first.added_kind == "bonus"
+    second = replay_step(trace, 1)
+    assert second.context == "abcD"
+    assert [t.verdict for t in second.tokens] == ["accepted", "rejected", "discarded"]
+    assert second.added_text == "H" and second.added_kind == "correction"
+    assert (second.target_passes, second.draft_passes) == (2, 6)
+    third = replay_step(trace, 99)  # clamped
+    assert third.index == 2 and third.context == "abcDeH" and third.stop.code == "eos"
+    assert replay_step(trace, -5).index == 0
+    page = replay_html(second)
+    assert "&lt;f&gt;" in page and "<f>" not in page
+    assert 'data-replay="round">2<' in page and 'data-replay="draft_passes">6<' in page
+    with pytest.raises(SpecVizError):
+        replay_step(_trace(rounds=[]), 0)
+
+
+def test_sampled_columns_note_the_oracle():
+    c = make_comparison(["static", "heuristic", "dynamic"])
+    c.temperature = 0.8
+    for t in c.traces:
+        t.temperature, t.lossless = 0.8, None
+    assert next_policy(c) is None
+    htmls = column_htmls(c, running=False)
+    assert "greedy idea" in htmls[3] and ORACLE_SAMPLED_NOTE[:20] in htmls[3]
+    assert 'data-value="sampled"' in htmls[0]
+    assert "distribution" in done_message(c) and "identical" not in done_message(c)
+
+
+def test_import_rejects_bad_files(tmp_path):
+    with pytest.raises(SpecVizError, match="not valid JSON"):
+        comparison_from_text("{nope")
+    with pytest.raises(SpecVizError, match="not a SpecViz comparison"):
+        comparison_from_text('{"a": 1}')
+    with pytest.raises(SpecVizError, match="not a SpecViz comparison"):
+        comparison_from_text("[1, 2]")
+    data = make_comparison(["static"]).to_dict()
+    data["modes"][0]["rounds"][0]["accepted"] = 9
+    with pytest.raises(SpecVizError, match="damaged"):
+        comparison_from_text(json.dumps(data))
+    data["modes"][0]["rounds"] = "x"
+    with pytest.raises(SpecVizError, match="damaged"):
+        comparison_from_text(json.dumps(data))
+    big = tmp_path / "big.json"
+    big.write_text(" " * 2000)
+    with pytest.raises(SpecVizError, match="too large"):
+        load_comparison_file(big, max_bytes=1000)
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SpecVizError, match="UTF-8"):
+        load_comparison_file(binary)
+    with pytest.raises(SpecVizError, match="No file"):
+        load_comparison_file(None)
+    good = tmp_path / "good.json"
+    good.write_text(make_comparison(["static", "oracle"]).to_json())
+    assert [t.label for t in load_comparison_file(good).traces] == ["static k=5", "oracle"]
+
+
+def test_json_round_trip_shows_the_same_view(tiny_pair):
+    """A comparison exported as JSON and imported again renders exactly as before."""
+    from specviz.engine import generate, target_only
+    from specviz.policies import make_policy
+    from specviz.render import summary_rows
+    from specviz.trace import DraftAlongReference
+    from specviz.ui_helpers import ALL_COLUMNS
+
+    prompt = [1, 2, 3]
+    baseline = target_only(tiny_pair, prompt, 24)
+    traces = []
+    for spec in parse_modes("static:4,heuristic:3,dynamic:0.4:8,adaptive:0.4:8,entropy:1.0:8"):
+        trace = generate(tiny_pair, prompt, make_policy(spec), 24)
+        for r in trace.rounds:  # display text with characters that need escaping
+            r.draft_texts = [f"<{t}>&" for t in r.draft_ids]
+            r.target_text = None if r.target_id is None else f'"{r.target_id}"'
+        trace.lossless = trace.token_ids == baseline.token_ids
+        traces.append(trace)
+    before = Comparison(preset="tiny", prompt="<b>p</b>", max_new_tokens=24, baseline=baseline, traces=traces,
+                        prompt_tokens=3, oracle_ideal=[1] * 24,
+                        draft_along_reference=DraftAlongReference([1] * 24, [0.5] * 24, [0.7] * 24))
+    after = comparison_from_text(before.to_json())
+    assert column_htmls(after, running=False, order=ALL_COLUMNS) == \
+        column_htmls(before, running=False, order=ALL_COLUMNS)
+    assert summary_rows(after) == summary_rows(before)
+    for t_before, t_after in zip(before.traces, after.traces):
+        for i in range(len(t_before.rounds)):
+            assert replay_html(replay_step(t_after, i)) == replay_html(replay_step(t_before, i))
+    assert after.to_json() == before.to_json()
