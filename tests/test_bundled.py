@@ -41,8 +41,14 @@ def test_oracle_needs_the_fewest_target_passes_and_accepts_what_it_drafts(compar
     c = comparisons[name]
     oracle = c.trace("oracle")
     assert all(r.lookahead == r.accepted for r in oracle.rounds)
+    # The oracle drafts until the first mismatch in every round, which is optimal when the draft's
+    # guesses depend only on the text. The int8 draft's also depend on how earlier tokens were
+    # batched into forward calls (DESIGN.md, cautions), so a policy with another round structure
+    # can now and then see a luckier guess: allow one pass in 30 (seen: 43 vs 42 on the prose
+    # prompt). With fp32 models the bound is strict (tests/test_engine.py).
     for trace in c.traces:
-        assert oracle.target_passes <= trace.target_passes, trace.label
+        assert oracle.target_passes <= trace.target_passes + max(1, trace.target_passes // 30), trace.label
+    assert oracle.target_passes <= sum(t.target_passes for t in c.traces) / len(c.traces)
     # the int8 draft disagrees with the target sometimes: there is something to see
     assert c.trace("static k=5").acceptance_rate < 1.0
 
@@ -105,7 +111,7 @@ def test_unknown_preset_is_a_clear_error():
 
 
 def test_prompt_longer_than_the_limit_is_a_clear_error(bundled_pair):
-    request = make_request("word " * 3000, "static:5", 64)
+    request = make_request("word " * 9000, "static:5", 64)  # over 8192 - 64 tokens
     with pytest.raises(SpecVizError, match="prompt is .* tokens long"):
         prompt_ids_for(bundled_pair, request, Limits(max_prompt_tokens=2048))
     with pytest.raises(SpecVizError, match="context"):
