@@ -238,8 +238,9 @@ def views(comparison, eos):
         sweep_plot = gr.Plot(sweep_figure(result, comparison), visible=True)
         sweep_table = gr.Dataframe(pd.DataFrame(sweep_rows(result), columns=SWEEP_HEADERS), visible=True)
         note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
-                "target passes are exact, time is estimated from this run's per-pass costs. "
-                "Stars mark the settings actually run.")
+                "passes are counted from the draft's guesses along the answer (exact for full-precision models; "
+                "with a quantized or bf16 draft, whose guesses shift slightly with batching, expect a few passes "
+                "of error), time is estimated from this run's per-pass costs. Stars mark the settings actually run.")
     else:
         sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
         note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"

@@ -5,7 +5,8 @@ p ends at the first position where the draft's token differs from the answer. Wh
 proposes along the answer is known from the oracle step (`DraftAlongReference`), so the rounds,
 the target passes and the draft passes of any policy follow by bookkeeping alone:
 
-* target passes are exact (as exact as the draft table: see the note on batching in oracle.py);
+* target passes are exact when the draft table is (fp32 models; with a quantized or bf16 draft
+  the table is an estimate: see the note on batching in oracle.py and docs/SWEEP_VALIDATION.md);
 * draft passes are exact for policies that stop on their own at the first rejected token.
   Beyond it the draft continues from its own wrong token, which the table cannot see.
 
