@@ -10,21 +10,16 @@ prompt (the coding one), sets max new tokens (128 by default) and presses Run, `
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the shared app harness
+from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
+
 POLICIES = ["static", "heuristic", "dynamic", "oracle"]
 
 # Counts finished columns and notes when each appeared, from a MutationObserver in the page, so
@@ -43,41 +38,17 @@ WATCH_JS = """(policies) => {
 }"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"app.py exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"app.py did not serve within {timeout:.0f} s")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128, help="max new tokens (default 128)")
     parser.add_argument("--runs", type=int, default=2, help="how many runs in a row (default 2)")
     args = parser.parse_args()
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False")
     started = time.perf_counter()
-    with tempfile.NamedTemporaryFile("w", prefix="specviz-app-", suffix=".log", delete=False) as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+    log_path = Path(tempfile.mkdtemp(prefix="specviz-app-")) / "app.log"
+    proc, url = start_app(log_path)
     try:
-        wait_until_serving(url, proc)
-        print(f"app serving after {time.perf_counter() - started:.1f} s (log: {log.name})")
+        print(f"app serving after {time.perf_counter() - started:.1f} s (log: {log_path})")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1440, "height": 900})
@@ -105,11 +76,7 @@ def main() -> None:
                 print(f"        {page.inner_text('#status').strip()}")
             browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_app(proc)
 
 
 if __name__ == "__main__":

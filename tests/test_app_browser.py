@@ -10,23 +10,14 @@ Run: python -m pytest tests/test_app_browser.py -q     (about 1-2 minutes on 2 c
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, start_app, stop_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 POLICIES = ["static", "heuristic", "dynamic", "oracle"]
 PROMPT = "Explain what a hash table is, with a short Python example."
 MAX_NEW_TOKENS = 48
@@ -37,45 +28,15 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    port = free_port()
     log_path = tmp_path_factory.mktemp("app") / "app.log"
     # A large time budget so a busy machine slows the run down instead of cutting it short.
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", SPECVIZ_TIME_BUDGET_S="1200")
-    env.pop("GRADIO_SERVER_PORT", None)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
+    proc, url = start_app(log_path, SPECVIZ_TIME_BUDGET_S="1200")
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"app.py did not serve within 120 s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
         yield url, log_path
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_app(proc)
 
 
 @pytest.fixture(scope="module")

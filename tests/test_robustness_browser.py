@@ -16,14 +16,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.test_robustness_server import start_app, stop_app
+from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 sync_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)

@@ -8,65 +8,23 @@ with gradio_client, as any visitor's script could.
 from __future__ import annotations
 
 import html
-import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from app_server import ROOT, start_app, stop_app
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 gradio_client = pytest.importorskip("gradio_client")
 
 PROMPTS = ["Name a fruit.", "What is 2+2?", "Say hello in French.", "What colour is the sky?",
            "Name a planet.", "Spell the word cat.", "Name an ocean.", "What is the capital of Japan?"]
 TOKENS = 16  # the slider's minimum
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_app(log_path: Path, **env_extra: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", **env_extra)
-    env.pop("GRADIO_SERVER_PORT", None)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return proc, url
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"app.py did not serve within 120 s:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.5)
-
-
-def stop_app(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,63 @@
+"""Start and stop `python app.py` on a free port, for the browser and server tests and the
+timing script: one copy of the start-up loop, the Chromium location and its flags."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+# Debian's Chromium, headless as root; without the networking flags it tries to reach Google's
+# hosts at every start, which this machine refuses.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+class AppDidNotStart(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(log_path: Path, timeout_s: float = 120, **env_extra: str) -> tuple[subprocess.Popen, str]:
+    """Start the app with its output in `log_path`; return the process and its URL once it serves."""
+    port = free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", **env_extra)
+    env.pop("GRADIO_SERVER_PORT", None)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise AppDidNotStart(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            stop_app(proc)
+            raise AppDidNotStart(f"app.py did not serve within {timeout_s:.0f} s:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def stop_app(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
