@@ -61,29 +61,30 @@ DEFAULT_PORT = 7860
 # ---- settings -> modes ---------------------------------------------------------------------
 
 
-def _whole(value: object, what: str) -> int:
-    """A whole number from a widget value (sliders and number boxes give floats)."""
+def _finite(value: object, message: str) -> float:
+    """A finite number from a widget value, or SpecVizError(message)."""
     if isinstance(value, bool) or value is None:
-        raise SpecVizError(f"{what} must be a whole number, got {value!r}.")
+        raise SpecVizError(message)
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise SpecVizError(f"{what} must be a whole number, got {value!r}.") from None
-    if not math.isfinite(number) or number != int(number):
-        raise SpecVizError(f"{what} must be a whole number, got {value!r}.")
+        raise SpecVizError(message) from None
+    if not math.isfinite(number):
+        raise SpecVizError(message)
+    return number
+
+
+def _whole(value: object, what: str) -> int:
+    """A whole number from a widget value (sliders and number boxes give floats)."""
+    message = f"{what} must be a whole number, got {value!r}."
+    number = _finite(value, message)
+    if number != int(number):
+        raise SpecVizError(message)
     return int(number)
 
 
 def _number(value: object, what: str) -> float:
-    if isinstance(value, bool) or value is None:
-        raise SpecVizError(f"{what} must be a number, got {value!r}.")
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise SpecVizError(f"{what} must be a number, got {value!r}.") from None
-    if not math.isfinite(number):
-        raise SpecVizError(f"{what} must be a number, got {value!r}.")
-    return number
+    return _finite(value, f"{what} must be a number, got {value!r}.")
 
 
 def _lookahead(value: object, what: str) -> int:
