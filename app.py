@@ -1,7 +1,7 @@
 """SpecViz web app: one prompt, four lookahead policies side by side.
 
 UI and event wiring only. Model work is in specviz.pipeline, formatting and input checks in
-specviz.ui_helpers (both testable without a browser).
+specviz.ui_format, ui_inputs, ui_replay and ui_import (all testable without a browser).
 
     python app.py [--host HOST] [--port PORT] [--share]
 """
@@ -25,28 +25,21 @@ from specviz.pipeline import Limits, make_request, run_comparison
 from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from specviz.render import LEGEND_HTML, SUMMARY_HEADERS, TOKEN_CSS, render_trace, summary_rows
 from specviz.sweep import sweep
-from specviz.ui_helpers import (
+from specviz.ui_format import (
     ALL_COLUMNS,
     EXTRA_COLUMNS,
-    MAX_IMPORT_BYTES,
     POLICY_TITLES,
     active_columns,
     column_htmls,
     done_message,
-    load_comparison_file,
-    load_examples,
-    max_new_tokens_value,
-    modes_string,
     next_policy,
     placeholder_html,
     preset_info,
-    replay_html,
-    replay_step,
-    seed_value,
-    server_options,
     status_html,
-    temperature_value,
 )
+from specviz.ui_import import MAX_IMPORT_BYTES, load_comparison_file, load_examples
+from specviz.ui_inputs import max_new_tokens_value, modes_string, seed_value, server_options, temperature_value
+from specviz.ui_replay import replay_html, replay_step
 
 logger = logging.getLogger("specviz.app")
 

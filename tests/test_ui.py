@@ -10,22 +10,18 @@ from specviz.errors import SpecVizError
 from specviz.models import PRESETS
 from specviz.policies import parse_modes
 from specviz.trace import Baseline, Comparison, Round, Trace
-from specviz.ui_helpers import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
+from specviz.ui_format import (
     POLICY_COLUMNS,
     column_htmls,
     column_title_html,
     done_message,
-    load_examples,
-    max_new_tokens_value,
-    modes_string,
     next_policy,
     placeholder_html,
     preset_info,
-    server_options,
     status_html,
 )
+from specviz.ui_import import load_examples
+from specviz.ui_inputs import DEFAULT_HOST, DEFAULT_PORT, max_new_tokens_value, modes_string, server_options
 
 # ---- fixtures ------------------------------------------------------------------------------
 
@@ -190,17 +186,10 @@ def test_server_options_bad_port():
 
 # ---- explorer: extra columns, sampling, replay, import ---------------------------------------
 
-from specviz.ui_helpers import (
-    ORACLE_SAMPLED_NOTE,
-    active_columns,
-    comparison_from_text,
-    load_comparison_file,
-    replay_html,
-    replay_step,
-    seed_value,
-    stop_reason,
-    temperature_value,
-)
+from specviz.ui_format import ORACLE_SAMPLED_NOTE, active_columns
+from specviz.ui_import import comparison_from_text, load_comparison_file
+from specviz.ui_inputs import seed_value, temperature_value
+from specviz.ui_replay import replay_html, replay_step, stop_reason
 
 
 def test_modes_string_with_optional_columns():
@@ -331,7 +320,7 @@ def test_json_round_trip_shows_the_same_view(tiny_pair):
     from specviz.policies import make_policy
     from specviz.render import summary_rows
     from specviz.trace import DraftAlongReference
-    from specviz.ui_helpers import ALL_COLUMNS
+    from specviz.ui_format import ALL_COLUMNS
 
     prompt = [1, 2, 3]
     baseline = target_only(tiny_pair, prompt, 24)

@@ -1,0 +1,165 @@
+"""The HTML of the app's policy columns and status line (no gradio import, testable without a browser).
+
+Every piece of text that may come from a user or a model goes through `html.escape` here or in
+`render.py` before it becomes HTML.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+from .render import metrics_html, render_trace
+from .trace import Comparison, Trace
+
+# One column per policy, in this order, whatever the settings.
+POLICY_COLUMNS: list[str] = ["static", "heuristic", "dynamic", "oracle"]
+
+# Optional columns, shown only when their checkbox is ticked (or an imported run has them).
+EXTRA_COLUMNS: list[str] = ["adaptive", "entropy"]
+ALL_COLUMNS: list[str] = POLICY_COLUMNS + EXTRA_COLUMNS
+
+POLICY_TITLES: dict[str, str] = {
+    "static": "Static",
+    "heuristic": "Heuristic",
+    "dynamic": "Dynamic (confidence)",
+    "oracle": "Oracle",
+    "adaptive": "Adaptive (confidence)",
+    "entropy": "Entropy",
+}
+
+POLICY_BLURBS: dict[str, str] = {
+    "static": "k draft tokens every round",
+    "heuristic": "+2 after a fully accepted round, else -1",
+    "dynamic": "stop drafting when draft confidence < threshold",
+    "oracle": "drafts exactly until the draft disagrees",
+    "adaptive": "dynamic threshold re-fitted after every round",
+    "entropy": "stop drafting when the draft's entropy > bound",
+}
+
+ORACLE_SAMPLED_NOTE = ("not run: the oracle is a greedy idea (it drafts exactly until the draft disagrees with "
+                       "the target's greedy answer), and with temperature > 0 there is no single answer to "
+                       "agree with.")
+
+
+# ---- columns and status --------------------------------------------------------------------
+
+
+def active_columns(adaptive: bool = False, entropy: bool = False) -> list[str]:
+    """The columns a run with these checkboxes fills."""
+    return POLICY_COLUMNS + (["adaptive"] if adaptive else []) + (["entropy"] if entropy else [])
+
+
+def column_title_html(policy: str, label: str | None = None) -> str:
+    """The heading of a policy column: its name, and the run's label (with settings) once known."""
+    title = POLICY_TITLES.get(policy, policy)
+    if label:
+        # "static k=5" under the title "Static": show only the settings part.
+        settings = label[len(policy):].strip() if label.lower().startswith(policy.lower()) else label
+        detail = settings
+    else:
+        detail = POLICY_BLURBS.get(policy, "")
+    return (
+        f'<div class="specviz-col-title"><span class="specviz-col-name">{html.escape(title)}</span>'
+        f' <span class="specviz-col-detail">{html.escape(detail)}</span></div>'
+    )
+
+
+def placeholder_html(policy: str, state: str, note: str | None = None) -> str:
+    """A column before (or instead of) its result; `state` is waiting, running, skipped or error."""
+    text = note or {"waiting": "waiting…", "running": "running…", "skipped": "not run",
+                    "error": "no result"}.get(state, state)
+    return (
+        f'<div class="specviz-column" data-policy="{html.escape(policy)}" data-state="{html.escape(state)}">'
+        + column_title_html(policy)
+        + f'<div class="specviz-placeholder">{html.escape(text)}</div></div>'
+    )
+
+
+def result_html(trace: Trace, comparison: Comparison) -> str:
+    """A finished column: title, coloured tokens and the metrics block."""
+    return (
+        f'<div class="specviz-column" data-policy="{html.escape(trace.policy)}" data-state="done">'
+        + column_title_html(trace.policy, trace.label)
+        + render_trace(trace)
+        + metrics_html(trace, comparison)
+        + "</div>"
+    )
+
+
+def trace_for(comparison: Comparison | None, policy: str) -> Trace | None:
+    if comparison is None:
+        return None
+    for t in comparison.traces:
+        if t.policy == policy:
+            return t
+    return None
+
+
+def _sampled(comparison: Comparison | None) -> bool:
+    return comparison is not None and comparison.temperature > 0
+
+
+def next_policy(comparison: Comparison | None, order: Sequence[str] = POLICY_COLUMNS) -> str | None:
+    """The first column policy that has no trace yet (the one running now, during a run).
+
+    The oracle is skipped for sampled runs: it is not run then."""
+    for policy in order:
+        if policy == "oracle" and _sampled(comparison):
+            continue
+        if trace_for(comparison, policy) is None:
+            return policy
+    return None
+
+
+def column_htmls(comparison: Comparison | None, *, running: bool = True, note: str | None = None,
+                 order: Sequence[str] = POLICY_COLUMNS) -> list[str]:
+    """One HTML string per column.
+
+    Columns with a trace show it. While `running`, the first column without one says
+    "running…" and the rest "waiting…"; when not running (finished, stopped, failed) the
+    columns without a trace say `note` (or "not run").
+    """
+    current = next_policy(comparison, order) if running else None
+    out = []
+    for policy in order:
+        trace = trace_for(comparison, policy)
+        if trace is not None:
+            out.append(result_html(trace, comparison))  # type: ignore[arg-type]
+        elif policy == "oracle" and _sampled(comparison):
+            out.append(placeholder_html(policy, "skipped", ORACLE_SAMPLED_NOTE))
+        elif running:
+            out.append(placeholder_html(policy, "running" if policy == current else "waiting"))
+        else:
+            out.append(placeholder_html(policy, "skipped", note))
+    return out
+
+
+def status_html(message: str, state: str = "info") -> str:
+    """The status line under the buttons; `state` is idle, running, done, warning or error."""
+    return f'<div class="specviz-status" data-state="{html.escape(state)}">{html.escape(message)}</div>'
+
+
+def done_message(comparison: Comparison) -> str:
+    """A one-line summary after a run: how many policies, whether everything matched the baseline."""
+    traces = comparison.traces
+    if comparison.partial:
+        return (f"Stopped early: the time budget ran out after {len(traces)} of {len(POLICY_COLUMNS)} "
+                "policies. Try fewer new tokens.")
+    lossless = [t for t in traces if t.lossless is False]
+    check = ("every policy's answer is identical to target-only greedy decoding"
+             if traces and not lossless else
+             f"{len(lossless)} policies differ from target-only greedy decoding" if lossless else "")
+    if comparison.temperature > 0:
+        check = (f"sampled at T={comparison.temperature:g}: every answer follows the target's distribution "
+                 "(compared by distribution, not token identity); the oracle is greedy-only and was not run")
+    base = comparison.baseline
+    text = (f"Done: {len(traces)} policies, {comparison.max_new_tokens} max new tokens, "
+            f"target-only baseline {base.target_passes} passes in {base.wall_s:.1f} s")
+    return text + (f"; {check}." if check else ".")
+
+
+def preset_info(presets: Mapping[str, object], name: str) -> str:
+    """The description of a preset (plain text, for a widget's info line)."""
+    preset = presets.get(name)
+    return str(getattr(preset, "description", "")) if preset is not None else ""
