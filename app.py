@@ -12,6 +12,8 @@ import logging
 import os
 import tempfile
 import threading
+import time
+from dataclasses import replace
 from html import escape as html_escape
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import pandas as pd
 
 from specviz.errors import SpecVizError
 from specviz.export import SWEEP_HEADERS, sweep_rows, write_all
-from specviz.models import DEFAULT_PRESET, PRESETS, get_pair
+from specviz.models import DEFAULT_PRESET, PRESETS, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
 from specviz.pipeline import Limits, make_request, run_comparison
 from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from specviz.render import LEGEND_HTML, SUMMARY_HEADERS, TOKEN_CSS, render_trace, summary_rows
@@ -28,16 +30,15 @@ from specviz.sweep import sweep
 from specviz.ui_format import (
     ALL_COLUMNS,
     EXTRA_COLUMNS,
-    POLICY_TITLES,
     active_columns,
     column_htmls,
     done_message,
-    next_policy,
+    load_status_html,
     placeholder_html,
     preset_info,
     status_html,
 )
-from specviz.ui_import import MAX_IMPORT_BYTES, load_comparison_file, load_examples
+from specviz.ui_import import MAX_IMPORT_BYTES, example_comparison, load_comparison_file, load_examples
 from specviz.ui_inputs import max_new_tokens_value, modes_string, seed_value, server_options, temperature_value
 from specviz.ui_replay import replay_html, replay_step
 
@@ -84,6 +85,10 @@ APP_CSS = """
 .specviz-replay .replay-counts { font-size: 20px; }
 .specviz-replay-context-title { font-size: 17px; font-weight: bold; margin-top: 10px; }
 #replay-help { font-size: 15px; opacity: 0.8; }
+.specviz-live { font-size: 15px; margin-top: 6px; padding: 4px 6px; border-radius: 4px;
+  background: rgba(0, 114, 178, 0.08); }
+#examples { align-items: center; gap: 6px; }
+#examples-label { flex: 0 0 auto; min-width: 0; }
 """
 
 # Left/right arrows step the replay while focus is inside the replay panel (click it first); never
@@ -145,10 +150,20 @@ def _columns(comparison, active=ALL_COLUMNS, **kwargs) -> list[str]:
             for policy in ALL_COLUMNS]
 
 
+# Streaming: the pipeline reports every round; the page gets a column update at most this often,
+# and charts (the costliest part to build and to draw) at most once a second.
+COLUMN_EVERY_S = 0.4
+CHARTS_EVERY_S = 1.0
+
+
+def _with_live(comparison, live):
+    """The comparison with the running policy's rounds so far, for charts drawn mid-run."""
+    return comparison if live is None else replace(comparison, traces=[*comparison.traces, live])
+
+
 def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
-        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0,
-        progress=gr.Progress()):  # noqa: B008 - gradio's idiom for a progress tracker
-    """Run the comparison, yielding after the baseline+oracle step and after each policy."""
+        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0):
+    """Run the comparison, streaming every column round by round."""
     comparison = None
     active = active_columns(bool(adaptive_on), bool(entropy_on))
     try:
@@ -159,45 +174,60 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                                temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits)
         logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g prompt_chars=%d", preset,
                     request.max_new_tokens, modes, request.temperature, len(request.prompt))
-        empty = _table(None)
-        yield (status_html("Loading the model pair…", "running"), *_columns(None, active),
-               None, None, empty, None, gr.skip())
-        pair = get_pair(preset, progress=lambda message: progress(None, desc=message))
+        pair = None
+        for state in wait_for_pair(preset):
+            if isinstance(state, ModelPair):
+                pair = state
+            else:  # a Run pressed during a cold start waits for it, saying which step runs
+                yield (load_status_html(state, preset), *_columns(None, active), None, None, _table(None), None,
+                       gr.skip())
         eos = sorted(pair.eos_token_ids)
-        runs = len(active) - (1 if request.temperature > 0 else 0)  # sampled runs skip the oracle
+        yield _outputs(status_html("Starting…", "running"), _columns(None, active), eos=eos)
 
-        done = [0]
-        total = 2 + len(request.modes)  # baseline, oracle search, then one step per policy
+        steps = run_comparison(pair, request, limits)
+        run_started, model_s = time.monotonic(), 0.0  # for the log: model work vs everything else
+        sent_columns = sent_charts = 0.0
+        finished = 0
+        on_page: dict[int, str] = {}
 
-        def say(message: str) -> None:
-            progress((done[0], total), desc=message)
-            done[0] += 1
+        def changed(htmls: list[str]) -> list:
+            """Only the columns whose HTML changed travel to the page."""
+            out = [gr.skip() if on_page.get(i) == h else h for i, h in enumerate(htmls)]
+            on_page.update(enumerate(htmls))
+            return out
 
-        yield _outputs(status_html("Running the target alone (baseline) and finding the oracle's ideal "
-                                   "lookahead…" if request.temperature <= 0 else
-                                   "Running the target alone (baseline, sampled)…", "running"),
-                       _columns(None, active), eos=eos)
-        steps = run_comparison(pair, request, limits, progress=say)
         while True:
+            step_started = time.monotonic()
             with MODEL_LOCK:
-                step = next(steps, None)
-            if step is None:
+                update = next(steps, None)
+            model_s += time.monotonic() - step_started
+            if update is None:
                 break
-            comparison = step
-            upcoming = next_policy(comparison, active)
-            message = (f"Running {POLICY_TITLES[upcoming].lower()}… "
-                       f"({len(comparison.traces)} of {runs} policies done)"
-                       if upcoming and not comparison.partial else "Finishing…")
-            yield _outputs(status_html(message, "running"), _columns(comparison, active),
-                           _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison)), _table(comparison),
-                           comparison)
+            comparison, live, now = update.comparison, update.running, time.monotonic()
+            ended = len(comparison.traces) != finished  # a policy just finished: show it whole
+            if not ended and now - sent_columns < COLUMN_EVERY_S:
+                continue
+            finished, sent_columns = len(comparison.traces), now
+            charts = ended or now - sent_charts >= CHARTS_EVERY_S
+            if charts:
+                sent_charts = now
+                shown = _with_live(comparison, live)
+            yield _outputs(status_html(update.message + "…", "running"), changed(_columns(comparison, active, live=live)),
+                           _fit(lookahead_figure(shown)) if charts else None,
+                           _fit(progress_figure(shown)) if charts else None,
+                           _table(comparison) if ended else None, comparison if ended else None)
         if comparison is not None:
             state = "warning" if comparison.partial else "done"
             note = "not run: time budget ran out" if comparison.partial else None
-            logger.info("run finished: %d policies%s", len(comparison.traces), " (partial)" if comparison.partial else "")
+            logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s", len(comparison.traces),
+                        " (partial)" if comparison.partial else "", time.monotonic() - run_started, model_s)
             yield _outputs(status_html(done_message(comparison), state),
-                           _columns(comparison, active, running=False, note=note))
-    except SpecVizError as error:
+                           _columns(comparison, active, running=False, note=note),
+                           _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison)), _table(comparison),
+                           comparison)
+    except SpecVizError as error:  # bad input, or a model pair that cannot load (cause and fix included)
+        if isinstance(error, ModelLoadError):
+            logger.error("Loading %s failed: %s", preset, error)
         yield _outputs(status_html(str(error), "error"),
                        _columns(comparison, active, running=False, note="no result (see the message above)"))
     except Exception:  # anything unexpected: log it, tell the user, end the spinner
@@ -311,13 +341,40 @@ def import_json(path):
         logger.exception("import failed")
         return _outputs(status_html("Import failed: the file could not be read.", "error"),
                         [gr.skip()] * len(ALL_COLUMNS))
-    present = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
     mode = "sampled" if comparison.temperature > 0 else "greedy"
-    message = (f"Imported a {mode} run of {comparison.preset} ({len(comparison.traces)} policies, "
-               f"{comparison.max_new_tokens} max new tokens); no model was run.")
+    return _shown(comparison, f"Imported a {mode} run of {comparison.preset} ({len(comparison.traces)} policies, "
+                              f"{comparison.max_new_tokens} max new tokens); no model was run.")
+
+
+def _shown(comparison, message: str) -> tuple:
+    """The whole view of a finished comparison that needs no model (an import, an example)."""
+    present = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
     return _outputs(status_html(message, "done"), _columns(comparison, present, running=False),
                     _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison)), _table(comparison),
                     comparison, [])
+
+
+def show_example(example):
+    """An example prompt: into the prompt box, and its comparison computed ahead shown at once."""
+    try:
+        comparison = example_comparison(example)
+    except SpecVizError:
+        logger.exception("example %s could not be loaded", example.name)
+        comparison = None
+    if comparison is None:
+        return (example.prompt, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
+                                          [gr.skip()] * len(ALL_COLUMNS)))
+    made = comparison.provenance or {}
+    message = (f"Precomputed example: {comparison.preset}, {comparison.max_new_tokens} max new tokens, computed "
+               f"{made.get('date', 'ahead')} on {made.get('machine', 'another machine')}. No model ran now; "
+               "press Run to recompute it live.")
+    return (example.prompt, *_shown(comparison, message))
+
+
+def model_status(preset):
+    """The model-pair line, polled once a second until the pair is loaded (or has failed)."""
+    state = load_state(preset)
+    return load_status_html(state, preset), gr.Timer(active=state.phase == "loading")
 
 
 def build_demo() -> gr.Blocks:
@@ -331,9 +388,13 @@ def build_demo() -> gr.Blocks:
                 prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
                                     placeholder="Ask a question or give a task, or pick an example below",
                                     value=examples[0].prompt if examples else "")
+                example_buttons = []
                 if examples:
-                    gr.Examples([[e.prompt] for e in examples], inputs=[prompt], label="Examples",
-                                example_labels=[e.name for e in examples], elem_id="examples")
+                    with gr.Row(elem_id="examples"):
+                        gr.Markdown("**Examples** (open at once: computed ahead)", elem_id="examples-label")
+                        for index, example in enumerate(examples):
+                            example_buttons.append(gr.Button(example.name, size="sm", elem_id=f"example-{index}",
+                                                             elem_classes=["specviz-example"]))
             with gr.Column(scale=2, min_width=320):
                 preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
                                      info=preset_info(PRESETS, DEFAULT_PRESET), elem_id="preset")
@@ -368,8 +429,10 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
-        status = gr.HTML(status_html("Pick a prompt and press Run. A run takes about 30 s for 128 tokens.",
-                                     "idle"), elem_id="status")
+        model_line = gr.HTML(load_status_html(load_state(DEFAULT_PRESET), DEFAULT_PRESET), elem_id="model-status")
+        status = gr.HTML(status_html("Pick an example to see a comparison at once, or type a prompt and press Run "
+                                     "(about 30 s for 128 tokens, shown round by round).", "idle"), elem_id="status")
+        model_timer = gr.Timer(1.0, active=True)
         gr.HTML(LEGEND_HTML, elem_id="legend")
         columns = []
         extra_boxes = []
@@ -417,6 +480,8 @@ def build_demo() -> gr.Blocks:
 
         preset.change(lambda name: gr.Dropdown(info=preset_info(PRESETS, name)), preset, preset,
                       queue=False, show_progress="hidden")
+        model_timer.tick(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden")
+        demo.load(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden")
         for checkbox, box in zip([adaptive_on, entropy_on], extra_boxes):
             checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False,
                             show_progress="hidden")
@@ -447,6 +512,15 @@ def build_demo() -> gr.Blocks:
             exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
             concurrency_id="specviz-export").then(
             lambda: None, None, upload, queue=False, show_progress="hidden")  # ready for the next file
+        view_all = [status, *columns, lookahead_plot, progress_plot, summary, last, eos_state]
+        for button, example in zip(example_buttons, examples):
+            # No model work: outside the model queue, so an example opens at once even during a run.
+            button.click(lambda e=example: show_example(e), None, [prompt, *view_all], show_progress="hidden",
+                         concurrency_id="specviz-views", concurrency_limit=None).then(
+                views, [last, eos_state], view_outputs, show_progress="hidden", concurrency_id="specviz-views",
+                concurrency_limit=None).then(
+                exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
+                concurrency_id="specviz-export")
         png_button.click(lambda c, e: exports(c, e, png=True), [last, eos_state], [downloads, export_note],
                          concurrency_id="specviz-export")
         replay_policy.input(replay_pick, [last, replay_policy, eos_state], [replay_round, replay_panel],
@@ -469,8 +543,8 @@ demo = build_demo()
 def _preload() -> None:
     try:
         get_pair(DEFAULT_PRESET)
-    except Exception:  # the first run will report it properly
-        logger.exception("Preloading the default model pair failed")
+    except ModelLoadError as error:  # the page shows it (model_status); the next Run tries again
+        logger.error("Preloading the default model pair failed: %s", error)
 
 
 def main(argv: list[str] | None = None) -> None:

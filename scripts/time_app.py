@@ -1,18 +1,30 @@
-"""Time the app as a user sees it: from pressing Run to the first and to all four columns filled.
+"""Time the app as a user sees it, in headless Chromium on a warm app.
 
-Starts `python app.py` on a free port, opens it in headless Chromium, keeps the default example
-prompt (the coding one), sets max new tokens (128 by default) and presses Run, `--runs` times
-(the first run may include loading the models if the app's background preload has not finished).
+Starts `python app.py` on a free port, waits until the model pair is loaded (warm), keeps the
+default example prompt, sets max new tokens (128 by default) and presses Run, `--runs` times. For
+each run it reports, from a MutationObserver in the page (so the figures do not depend on how
+often Python polls):
 
-    SPECVIZ_CACHE=/tmp/specviz-cache python scripts/time_app.py [--tokens 128] [--runs 2]
+* the first coloured token in a policy column after Run;
+* the longest gap between two page updates while the run was in progress;
+* the whole comparison's time against the sum of its model runs as the engine reports them
+  (target-only, every policy, and the oracle's preparation), read from the run's own JSON export;
+
+and then the time from clicking an example button to its four complete columns.
+
+    python scripts/time_app.py [--tokens 128] [--runs 2]
+
+Run it alone: nothing else on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
@@ -22,20 +34,39 @@ from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
 
 POLICIES = ["static", "heuristic", "dynamic", "oracle"]
 
-# Counts finished columns and notes when each appeared, from a MutationObserver in the page, so
-# the times do not depend on how often Python polls.
 WATCH_JS = """(policies) => {
-  window.__specvizTimes = {start: performance.now(), filled: {}};
-  const check = () => {
-    for (const p of policies) {
-      if (!(p in window.__specvizTimes.filled) && document.querySelector('#col-' + p + ' .specviz-metrics')) {
-        window.__specvizTimes.filled[p] = performance.now() - window.__specvizTimes.start;
-      }
+  const t = window.__specviz = {start: performance.now(), firstToken: null, updates: [], filled: {}};
+  const columns = document.querySelector('#columns');
+  new MutationObserver(() => {
+    const now = performance.now() - t.start;
+    t.updates.push(now);
+    if (t.firstToken === null && columns.querySelector('.specviz-column[data-state="running"] .tok')) {
+      t.firstToken = now;
     }
-  };
-  new MutationObserver(check).observe(document.body, {subtree: true, childList: true});
+    for (const p of policies) {
+      if (!(p in t.filled) && document.querySelector('#col-' + p + ' .specviz-metrics')) t.filled[p] = now;
+    }
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
   document.querySelector('#run').click();
 }"""
+
+DONE = ('#status .specviz-status[data-state="done"], #status .specviz-status[data-state="warning"], '
+        '#status .specviz-status[data-state="error"]')
+
+
+def model_seconds(url: str, page, old_href: str | None) -> tuple[float, dict[str, float]]:
+    """Sum of the engine's own timings in the run's exported comparison.json (not the last run's)."""
+    link = page.locator('#downloads a[href*="comparison.json"]').first
+    deadline = time.monotonic() + 60
+    while (href := link.get_attribute("href") if link.count() else None) in (None, old_href):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the run's comparison.json never appeared in the downloads")
+        time.sleep(0.2)
+    with urllib.request.urlopen(href if href.startswith("http") else url.rstrip("/") + href) as response:
+        data = json.loads(response.read())
+    parts = {"target-only": data["baseline"]["wall_s"], "oracle preparation": data.get("oracle_s", 0.0)}
+    parts.update({m["name"]: m["wall_s"] for m in data["modes"]})
+    return sum(parts.values()), parts
 
 
 def main() -> None:
@@ -48,32 +79,51 @@ def main() -> None:
     log_path = Path(tempfile.mkdtemp(prefix="specviz-app-")) / "app.log"
     proc, url = start_app(log_path)
     try:
-        print(f"app serving after {time.perf_counter() - started:.1f} s (log: {log_path})")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(url)
-            page.wait_for_selector("#run")
+            page.wait_for_selector('#model-status .specviz-status[data-state="done"]', timeout=600_000)
+            print(f"app serving and warm after {time.perf_counter() - started:.1f} s (log: {log_path})")
             tokens = page.locator("#max-new-tokens input[type=number]")
             tokens.fill(str(args.tokens))
             tokens.press("Enter")
             prompt = page.locator("#prompt textarea").input_value()
             print(f"prompt: {prompt[:70]!r}…, max new tokens {args.tokens}")
             for run in range(1, args.runs + 1):
+                previous = page.locator('#downloads a[href*="comparison.json"]').first
+                old_href = previous.get_attribute("href") if previous.count() else None
                 page.evaluate(WATCH_JS, POLICIES)
-                # Ends when the run is done, or cut short (time budget: status "warning") or failed.
-                page.wait_for_selector('#status .specviz-status[data-state="done"], '
-                                       '#status .specviz-status[data-state="warning"], '
-                                       '#status .specviz-status[data-state="error"]', timeout=1_800_000)
-                filled = page.evaluate("() => window.__specvizTimes.filled")
+                page.wait_for_selector('#status .specviz-status[data-state="running"]', timeout=60_000)
+                page.wait_for_selector(DONE, timeout=1_800_000)
+                t = page.evaluate("() => window.__specviz")
+                filled = t["filled"]
                 if len(filled) < len(POLICIES):
                     print(f"run {run}: only {len(filled)} columns filled: {page.inner_text('#status').strip()}")
                     continue
-                order = sorted(filled.items(), key=lambda kv: kv[1])
-                steps = ", ".join(f"{policy} {ms / 1000:.1f} s" for policy, ms in order)
-                print(f"run {run}: first column after {order[0][1] / 1000:.1f} s, all four after "
-                      f"{order[-1][1] / 1000:.1f} s ({steps})")
-                print(f"        {page.inner_text('#status').strip()}")
+                done_ms = max(t["updates"])
+                gaps = [(b - a, a) for a, b in zip(t["updates"], t["updates"][1:])]
+                longest = sorted(gaps, reverse=True)[:3]
+                total_model, parts = model_seconds(url, page, old_href)
+                print(f"run {run}: first coloured token {t['firstToken'] / 1000:.2f} s after Run; longest gaps "
+                      "between page updates " + ", ".join(f"{g / 1000:.2f} s (at {at / 1000:.1f} s)" for g, at in longest)
+                      + f"; complete after {done_ms / 1000:.1f} s; "
+                      f"model runs {total_model:.1f} s -> ratio {done_ms / 1000 / total_model:.3f}")
+                print("        " + ", ".join(f"{name} {s:.1f} s" for name, s in parts.items()))
+            for index in range(2):
+                page.evaluate("""() => {
+                  const t = window.__specviz = {start: performance.now(), done: null};
+                  new MutationObserver(() => {
+                    if (t.done === null && document.querySelectorAll('#columns .specviz-metrics').length >= 4
+                        && document.querySelector('#status').innerText.includes('Precomputed'))
+                      t.done = performance.now() - t.start;
+                  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+                }""")
+                page.click(f"#example-{index}")
+                page.wait_for_function("() => window.__specviz.done !== null", timeout=30_000)
+                name = page.inner_text(f"#example-{index}").strip()
+                print(f"example {name!r}: four complete columns {page.evaluate('() => window.__specviz.done') / 1000:.2f}"
+                      " s after the click")
             browser.close()
     finally:
         stop_app(proc)

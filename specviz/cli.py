@@ -65,7 +65,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(comparison_table(comparison))
     if comparison.partial:
         print("(partial: the time budget ran out; see SPECVIZ_TIME_BUDGET_S)")
-    if args.show_text:
+    if args.show_text and comparison.baseline is not None:
         print("\n" + comparison.baseline.text)
     if args.json:
         Path(args.json).write_text(comparison.to_json(), encoding="utf-8")
@@ -73,7 +73,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.csv:
         Path(args.csv).write_text(comparison.to_csv(), encoding="utf-8")
         _stderr(f"wrote {args.csv}")
-    if args.sweep and comparison.draft_along_reference is not None:
+    if args.sweep and comparison.draft_along_reference is not None and comparison.baseline is not None:
         result = sweep(comparison, pair.eos_token_ids)
         print("\nWhat if (replayed from this run, no rerun):")
         print(format_table(SWEEP_HEADERS, sweep_rows(result)))

@@ -18,7 +18,7 @@ each round start the draft re-reads the last two committed tokens.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -162,32 +162,30 @@ def _commit(proposal: list[int], accepted: int, target_token: int, room: int,
 # ---- the loop ----------------------------------------------------------------------------
 
 
-def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
-             temperature: float = 0.0, seed: int | None = None,
-             should_stop: Callable[[], bool] | None = None) -> Trace:
-    """Speculative decoding of one prompt under one lookahead policy.
+def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
+              temperature: float = 0.0, seed: int | None = None) -> Iterator[Trace]:
+    """Speculative decoding of one prompt under one lookahead policy, one round at a time.
 
-    `should_stop` is checked between rounds; it lets a caller end the run early (a time budget,
-    a cancelled request), in which case the trace is marked `stop_reason="stopped"`.
+    Yields the same `Trace` before the first round and again after every round, so a caller can
+    show each round as soon as it is decided, or stop between rounds by no longer asking for the
+    next one (the trace then keeps `stop_reason="stopped"`).
     """
     sampler = Sampler(temperature, seed, pair.device)
     drafter = CachedModel(pair.draft, pair.vocab_size, pair.device)
     verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
     sequence = list(prompt_ids)
-    answer: list[int] = []
-    rounds: list[Round] = []
-    stop_reason = "max_new_tokens"
+    trace = Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=[], rounds=[], wall_s=0.0,
+                  stop_reason="stopped", temperature=temperature, seed=seed if temperature > 0 else None)
+    answer = trace.token_ids
     started = time.perf_counter()
-    with torch.inference_mode():
-        while len(answer) < max_new_tokens:
-            if should_stop is not None and should_stop():
-                stop_reason = "stopped"
-                break
-            room = max_new_tokens - len(answer)
-            # One slot is kept for the target's own token, as transformers does.
-            budget = max(0, min(policy.start_round(len(answer)), room - 1))
-            threshold = policy.threshold
+    yield trace
+    while len(answer) < max_new_tokens:
+        room = max_new_tokens - len(answer)
+        # One slot is kept for the target's own token, as transformers does.
+        budget = max(0, min(policy.start_round(len(answer)), room - 1))
+        threshold = policy.threshold
 
+        with torch.inference_mode():  # not held across the yield below: the caller's code runs there
             t0 = time.perf_counter()
             proposal = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
             t1 = time.perf_counter()
@@ -199,45 +197,69 @@ def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tok
                                                          sampler)
             t2 = time.perf_counter()
 
-            committed, hit_eos = _commit(proposal.ids, accepted, target_token, room, pair.eos_token_ids)
-            accepted = min(accepted, len(committed))
-            verifier.crop(len(sequence) + accepted)  # the draft re-syncs itself at its next round
-            sequence += committed
-            answer += committed
-            policy.end_round(len(proposal.ids), accepted, proposal.probs)
-            rounds.append(Round(
-                index=len(rounds), position=len(answer) - len(committed), budget=budget,
-                draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
-                accepted=accepted, target_id=target_token if len(committed) > accepted else None,
-                draft_s=t1 - t0, verify_s=t2 - t1, threshold=threshold,
-            ))
-            if hit_eos:
-                stop_reason = "eos"
-                break
-    return Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=answer, rounds=rounds,
-                 wall_s=time.perf_counter() - started, stop_reason=stop_reason, temperature=temperature,
-                 seed=seed if temperature > 0 else None)
+        committed, hit_eos = _commit(proposal.ids, accepted, target_token, room, pair.eos_token_ids)
+        accepted = min(accepted, len(committed))
+        verifier.crop(len(sequence) + accepted)  # the draft re-syncs itself at its next round
+        sequence += committed
+        answer += committed
+        policy.end_round(len(proposal.ids), accepted, proposal.probs)
+        trace.rounds.append(Round(
+            index=len(trace.rounds), position=len(answer) - len(committed), budget=budget,
+            draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
+            accepted=accepted, target_id=target_token if len(committed) > accepted else None,
+            draft_s=t1 - t0, verify_s=t2 - t1, threshold=threshold,
+        ))
+        done = hit_eos or len(answer) >= max_new_tokens
+        if done:
+            trace.stop_reason = "eos" if hit_eos else "max_new_tokens"
+        trace.wall_s = time.perf_counter() - started
+        yield trace
+        if done:
+            return
+
+
+def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
+             temperature: float = 0.0, seed: int | None = None,
+             should_stop: Callable[[], bool] | None = None) -> Trace:
+    """`speculate` run to the end, or until `should_stop()` says so between rounds."""
+    return _run(speculate(pair, prompt_ids, policy, max_new_tokens, temperature, seed), should_stop)
+
+
+def decode_target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0,
+                       seed: int | None = None) -> Iterator[Baseline]:
+    """Plain autoregressive decoding with the target alone, one forward pass per token; yields the
+    same `Baseline` before the first token and after every token (stop by no longer asking, as
+    with `speculate`)."""
+    sampler = Sampler(temperature, seed, pair.device)
+    verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
+    feed = list(prompt_ids)
+    baseline = Baseline(token_ids=[], wall_s=0.0, stop_reason="stopped", temperature=temperature,
+                        seed=seed if temperature > 0 else None)
+    started = time.perf_counter()
+    yield baseline
+    while len(baseline.token_ids) < max_new_tokens:
+        with torch.inference_mode():
+            token = sampler.pick(sampler.distribution(verifier.forward(feed)[-1]))
+        baseline.token_ids.append(token)
+        feed = [token]
+        hit_eos = token in pair.eos_token_ids
+        if hit_eos or len(baseline.token_ids) >= max_new_tokens:
+            baseline.stop_reason = "eos" if hit_eos else "max_new_tokens"
+        baseline.wall_s = time.perf_counter() - started
+        yield baseline
+        if baseline.stop_reason != "stopped":
+            return
 
 
 def target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0,
                 seed: int | None = None, should_stop: Callable[[], bool] | None = None) -> Baseline:
-    """Plain autoregressive decoding with the target alone: one forward pass per token."""
-    sampler = Sampler(temperature, seed, pair.device)
-    verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
-    feed = list(prompt_ids)
-    answer: list[int] = []
-    stop_reason = "max_new_tokens"
-    started = time.perf_counter()
-    with torch.inference_mode():
-        while len(answer) < max_new_tokens:
-            if should_stop is not None and should_stop():
-                stop_reason = "stopped"
-                break
-            token = sampler.pick(sampler.distribution(verifier.forward(feed)[-1]))
-            answer.append(token)
-            feed = [token]
-            if token in pair.eos_token_ids:
-                stop_reason = "eos"
-                break
-    return Baseline(token_ids=answer, wall_s=time.perf_counter() - started, stop_reason=stop_reason,
-                    temperature=temperature, seed=seed if temperature > 0 else None)
+    """`decode_target_only` run to the end, or until `should_stop()` says so between tokens."""
+    return _run(decode_target_only(pair, prompt_ids, max_new_tokens, temperature, seed), should_stop)
+
+
+def _run(steps: Iterator, should_stop: Callable[[], bool] | None):
+    """Drive a step-by-step decoder, asking `should_stop` before every step; its record at the end."""
+    record = next(steps)  # yielded before any model work, updated in place by every step
+    while not (should_stop is not None and should_stop()) and next(steps, None) is not None:
+        pass
+    return record

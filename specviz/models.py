@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,9 +141,10 @@ def _unpack_bundled(destination: Path) -> None:
 BUNDLED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-def _load_bundled_target(say: Callable[[str], None]) -> tuple[torch.nn.Module, object]:
+def _load_bundled_target(say: Callable[[str], None] | None = None) -> tuple[torch.nn.Module, object]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    say = say or (lambda message: None)
     folder = cache_root() / BUNDLED_CACHE_NAME
     if not (folder / "config.json").is_file() and importlib.util.find_spec(BUNDLED_PACKAGE) is None:
         # A Space installs requirements.txt without the --no-deps package; there the hub has the
@@ -365,6 +366,31 @@ def get_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None 
                 raise
             _load_states[name] = LoadState("ready", "", started, time.monotonic())
         return _pairs[name]
+
+
+def wait_for_pair(name: str, poll_s: float = 0.5) -> Iterator[LoadState | ModelPair]:
+    """`get_pair` in a worker thread: yields the load state every `poll_s` while the pair loads
+    (or while another caller, such as the app's preload, loads it), then the pair itself.
+    Raises the load's ModelLoadError."""
+    get_preset(name)
+    outcome: dict[str, object] = {}
+
+    def load() -> None:
+        try:
+            outcome["pair"] = get_pair(name)
+        except Exception as error:  # noqa: BLE001 - handed to the waiting caller, which re-raises it
+            outcome["error"] = error
+
+    worker = threading.Thread(target=load, name=f"specviz-load-{name}", daemon=True)
+    worker.start()
+    while True:
+        worker.join(poll_s)
+        if not worker.is_alive():
+            break
+        yield load_state(name)
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    yield outcome["pair"]  # type: ignore[misc]
 
 
 # ---- prompts -----------------------------------------------------------------------------

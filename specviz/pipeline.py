@@ -1,24 +1,26 @@
 """One prompt through the baseline, the oracle and every policy: the data flow of DESIGN.md.
 
-The app and the CLI call `run_comparison` (streaming: it yields the comparison again after
-each policy finishes) and only turn its results into screens and files.
+The app and the CLI call `run_comparison` (streaming: it reports after every round of every
+run) and only turn its results into screens and files.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from .engine import generate, target_only
+from .engine import decode_target_only, speculate
 from .errors import SpecVizError
 from .models import ModelPair, encode_prompt
-from .oracle import make_oracle
-from .policies import ModeSpec, Oracle, make_policy, parse_modes
-from .trace import Baseline, Comparison, Trace, first_difference
+from .oracle import oracle_search
+from .policies import ModeSpec, Oracle, Policy, make_policy, parse_modes
+from .trace import Baseline, Comparison, Round, Trace, first_difference
 
 MAX_TEMPERATURE = 2.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -107,77 +109,144 @@ def token_pieces(tokenizer: object, context: list[int], tokens: list[int]) -> li
     return pieces
 
 
-def annotate(trace: Trace, pair: ModelPair, prompt_ids: list[int], baseline: Baseline,
-             ideal: list[int] | None) -> Trace:
-    """Add what the engine does not know: texts, the lossless check, the oracle's ideal per round."""
-    tokenizer = pair.tokenizer
-    trace.text = tokenizer.decode(trace.token_ids, skip_special_tokens=True)
-    context = list(prompt_ids)
+def label_round(tokenizer: object, context: list[int], r: Round) -> list[int]:
+    """Give a round the display text of its tokens; return the context after it."""
+    r.draft_texts = token_pieces(tokenizer, context, r.draft_ids)
+    accepted_context = context + r.draft_ids[: r.accepted]
+    if r.target_id is not None:
+        r.target_text = token_pieces(tokenizer, accepted_context, [r.target_id])[0]
+    return accepted_context + ([] if r.target_id is None else [r.target_id])
+
+
+def mark_ideal(trace: Trace, ideal: list[int]) -> None:
+    """Record the oracle's ideal lookahead at each round's start position."""
     for r in trace.rounds:
-        r.draft_texts = token_pieces(tokenizer, context, r.draft_ids)
-        accepted_context = context + r.draft_ids[: r.accepted]
-        if r.target_id is not None:
-            r.target_text = token_pieces(tokenizer, accepted_context, [r.target_id])[0]
-        if ideal is not None and r.position < len(ideal):
+        if r.position < len(ideal):
             r.oracle_ideal = ideal[r.position]
-        context = accepted_context + ([] if r.target_id is None else [r.target_id])
+
+
+def check_lossless(trace: Trace, baseline: Baseline) -> None:
+    """Greedy decoding must reproduce target-only decoding token for token."""
     if trace.temperature <= 0:
         trace.first_difference = first_difference(trace.token_ids, baseline.token_ids)
         trace.lossless = trace.first_difference is None
-    return trace
+
+
+def _relay(steps: Generator[Any, None, T], report: Callable[[Any], Update]) -> Generator[Update, None, T]:
+    """Report every step of a step-by-step computation as an Update; return its result."""
+    while True:
+        try:
+            step = next(steps)
+        except StopIteration as done:
+            return done.value
+        yield report(step)
+
+
+@dataclass
+class Update:
+    """What the pipeline reports after every step: the comparison so far, and the policy run
+    under way (its rounds so far; it joins `comparison.traces` when it ends)."""
+
+    comparison: Comparison
+    running: Trace | None
+    message: str
 
 
 def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = None,
-                   progress: Callable[[str], None] | None = None) -> Iterator[Comparison]:
-    """Run baseline, oracle and policies; yield the growing comparison after each step.
+                   progress: Callable[[str], None] | None = None) -> Iterator[Update]:
+    """Run every policy, the oracle and target-only decoding; yield an Update after every round.
 
-    Stops early (marking the comparison partial) when the per-request time budget runs out.
+    The order gets a first column on screen at once: the policies run first, and the first
+    greedy policy's answer (the target's greedy answer, speculative decoding being lossless)
+    is the reference the oracle is computed along. Target-only decoding runs last; the lossless
+    check and the speedups wait for it. Stops early, marking the comparison partial, when the
+    time budget runs out.
     """
     limits = limits or Limits.from_env()
     say = progress or (lambda message: None)
     prompt_ids = prompt_ids_for(pair, request, limits)
     deadline = time.monotonic() + limits.time_budget_s
+    greedy = request.temperature <= 0
+    comparison = Comparison(preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens,
+                            baseline=None, traces=[], temperature=request.temperature,
+                            seed=request.seed if not greedy else None, prompt_tokens=len(prompt_ids))
+    oracle: Oracle | None = None
 
     def out_of_time() -> bool:
-        return time.monotonic() > deadline
+        comparison.partial = comparison.partial or time.monotonic() > deadline
+        return comparison.partial
 
-    greedy = request.temperature <= 0
-    say("Running the target alone (baseline)")
-    baseline = target_only(pair, prompt_ids, request.max_new_tokens, request.temperature, request.seed,
-                           should_stop=out_of_time)
-    baseline.text = pair.tokenizer.decode(baseline.token_ids, skip_special_tokens=True)
-    comparison = Comparison(preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens,
-                            baseline=baseline, traces=[], temperature=request.temperature,
-                            seed=request.seed if not greedy else None, prompt_tokens=len(prompt_ids),
-                            partial=baseline.stop_reason == "stopped")
-    oracle: Oracle | None = None
-    ideal: list[int] | None = None
-    if greedy and not comparison.partial:
-        say("Finding the oracle's ideal lookahead along the target's answer")
-        oracle, ideal, along = make_oracle(pair, prompt_ids, baseline.token_ids, request.max_new_tokens)
-        comparison.oracle_ideal = ideal
-        comparison.draft_along_reference = along
-    yield comparison
+    def run_policy(policy: Policy) -> Iterator[Update]:
+        message = f"Running {policy.label}"
+        say(message)
+        context = list(prompt_ids)
+        labelled = 0
+        for trace in speculate(pair, prompt_ids, policy, request.max_new_tokens, request.temperature,
+                               request.seed):
+            for r in trace.rounds[labelled:]:
+                context = label_round(pair.tokenizer, context, r)
+                if comparison.oracle_ideal is not None and r.position < len(comparison.oracle_ideal):
+                    r.oracle_ideal = comparison.oracle_ideal[r.position]
+            labelled = len(trace.rounds)
+            yield Update(comparison, trace, message)
+            if out_of_time():
+                break
+        trace.text = pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True)
+        comparison.traces.append(trace)
 
-    for spec in request.modes:
+    def find_oracle(reference: list[int], source: str | None) -> Iterator[Update]:
+        nonlocal oracle
+        message = "Finding the oracle's ideal lookahead along the target's answer"
+        say(message)
+        yield Update(comparison, None, message)
+        started = time.perf_counter()
+        search = oracle_search(pair, prompt_ids, reference, request.max_new_tokens)
+        oracle, ideal, along = yield from _relay(
+            search, lambda position: Update(comparison, None, f"{message}: {position} of {len(reference)} tokens"))
+        comparison.oracle_s = time.perf_counter() - started
+        comparison.oracle_ideal, comparison.draft_along_reference = ideal, along
+        comparison.oracle_reference = source
+        for t in comparison.traces:
+            mark_ideal(t, ideal)
+
+    def run_baseline() -> Iterator[Update]:
+        message = "Running the target alone (target-only baseline)"
+        say(message)
+        for baseline in decode_target_only(pair, prompt_ids, request.max_new_tokens, request.temperature,
+                                           request.seed):
+            yield Update(comparison, None, f"{message}: {len(baseline.token_ids)} of {request.max_new_tokens} tokens")
+            if out_of_time():
+                return
+        baseline.text = pair.tokenizer.decode(baseline.token_ids, skip_special_tokens=True)
+        comparison.baseline = baseline
+
+    oracle_specs = [s for s in request.modes if s.policy == "oracle"] if greedy else []
+    for spec in [s for s in request.modes if s.policy != "oracle"]:
+        yield from run_policy(make_policy(spec))
         if comparison.partial:
             break
-        if spec.policy == "oracle" and oracle is None:
-            continue  # the oracle is defined by the greedy reference; sampled runs have none
-        policy = make_policy(spec, oracle)
-        say(f"Running {policy.label}")
-        trace = generate(pair, prompt_ids, policy, request.max_new_tokens, request.temperature, request.seed,
-                         should_stop=out_of_time)
-        comparison.traces.append(annotate(trace, pair, prompt_ids, baseline, ideal))
-        comparison.partial = trace.stop_reason == "stopped"
-        yield comparison
+        if greedy and oracle is None and comparison.traces[-1].stop_reason != "stopped":
+            yield from find_oracle(comparison.traces[-1].token_ids, comparison.traces[-1].label)
+    if oracle_specs and not comparison.partial:
+        if oracle is None:  # no other policy ran: the reference comes from target-only decoding
+            yield from run_baseline()
+            if comparison.baseline is not None:
+                yield from find_oracle(comparison.baseline.token_ids, None)
+        if oracle is not None:
+            yield from run_policy(make_policy(oracle_specs[0], oracle))
+    if comparison.baseline is None and not comparison.partial:
+        yield from run_baseline()
+    if comparison.baseline is not None:
+        for t in comparison.traces:
+            check_lossless(t, comparison.baseline)
+    yield Update(comparison, None, "Done")
 
 
 def compare(pair: ModelPair, request: Request, limits: Limits | None = None,
             progress: Callable[[str], None] | None = None) -> Comparison:
     """`run_comparison` run to the end."""
-    result = None
-    for result in run_comparison(pair, request, limits, progress):
+    update = None
+    for update in run_comparison(pair, request, limits, progress):
         pass
-    assert result is not None
-    return result
+    assert update is not None
+    return update.comparison

@@ -180,7 +180,8 @@ def cumulative_tokens(trace: Trace) -> list[int]:
 def progress_figure(comparison: Comparison) -> go.Figure:
     """Tokens produced against target passes, with target-only decoding as the line y = x."""
     fig = go.Figure()
-    passes = comparison.baseline.target_passes
+    # Until target-only decoding has run (it runs last), its line is drawn as long as the longest answer.
+    passes = max([len(comparison.reference_ids())] + [t.new_tokens for t in comparison.traces])
     fig.add_trace(go.Scatter(
         x=[0, passes],
         y=[0, passes],

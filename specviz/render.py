@@ -233,8 +233,15 @@ def _lossless_html(trace: Trace) -> str:
             '<span data-metric="lossless" data-value="false">differs from position '
             f'<span data-metric="first_difference">{trace.first_difference}</span></span>'
         )
-    # No verdict yet, e.g. a run stopped before the comparison was made.
-    return '<span data-metric="lossless" data-value="unknown">not checked</span>'
+    # No verdict yet: target-only decoding runs last, or the run was stopped before it.
+    return '<span data-metric="lossless" data-value="unknown">checked after the target-only run</span>'
+
+
+def _speedup_html(speedup: float | None) -> str:
+    if speedup is None:  # target-only decoding runs last; until then there is nothing to divide by
+        return ('<div class="metric"><span class="metric-label">speedup over target-only:</span> '
+                '<span data-metric="speedup" data-value="pending">after the target-only run</span></div>')
+    return _metric("speedup over target-only", "speedup", f"{speedup:.2f}", "x")
 
 
 def metrics_html(trace: Trace, comparison: Comparison) -> str:
@@ -254,7 +261,7 @@ def metrics_html(trace: Trace, comparison: Comparison) -> str:
         rate_value,
         _metric("mean accepted length", "mean_accepted_length", f"{trace.mean_accepted_length:.2f}"),
         _metric("wall time", "wall_s", f"{trace.wall_s:.2f}", " s"),
-        _metric("speedup over target-only", "speedup", f"{comparison.speedup(trace):.2f}", "x"),
+        _speedup_html(comparison.speedup(trace)),
         f'<div class="metric"><span class="metric-label">lossless:</span> {_lossless_html(trace)}</div>',
     ]
     return f'<div class="specviz-metrics" data-label="{_esc(trace.label)}">' + "".join(parts) + "</div>"
@@ -293,7 +300,7 @@ def summary_rows(comparison: Comparison) -> list[list]:
     display strings ("82.5%", "1.23x"). These are plain values: a table widget escapes them.
     """
     base = comparison.baseline
-    rows: list[list] = [[
+    rows: list[list] = [] if base is None else [[
         "target-only",
         len(base.token_ids),
         base.target_passes,
@@ -305,6 +312,7 @@ def summary_rows(comparison: Comparison) -> list[list]:
         "reference",
     ]]
     for t in comparison.traces:
+        speedup = comparison.speedup(t)
         rows.append([
             t.label,
             t.new_tokens,
@@ -313,7 +321,7 @@ def summary_rows(comparison: Comparison) -> list[list]:
             f"{t.acceptance_rate * 100:.1f}%",
             round(t.mean_accepted_length, 2),
             round(t.wall_s, 2),
-            f"{comparison.speedup(t):.2f}x",
+            "—" if speedup is None else f"{speedup:.2f}x",
             _lossless_cell(t),
         ])
     return rows

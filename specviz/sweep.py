@@ -51,8 +51,7 @@ class PassCosts:
     def measured(cls, comparison: Comparison) -> PassCosts:
         rounds = [r for t in comparison.traces for r in t.rounds]
         drafted = sum(r.lookahead for r in rounds)
-        target = sum(r.verify_s for r in rounds) / len(rounds) if rounds else \
-            comparison.baseline.wall_s / max(1, comparison.baseline.target_passes)
+        target = sum(r.verify_s for r in rounds) / len(rounds) if rounds else 0.0
         draft = sum(r.draft_s for r in rounds) / drafted if drafted else 0.0
         return cls(target, draft)
 
@@ -133,11 +132,11 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
 
 def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = None,
            eos_ids: Iterable[int] = (), seen: Observations | None = None) -> Replay:
-    if comparison.draft_along_reference is None:
-        raise ValueError("what-if replays need a greedy run (its draft table)")
+    if comparison.draft_along_reference is None or comparison.baseline is None:
+        raise ValueError("what-if replays need a whole greedy run (its draft table and its baseline)")
     costs = costs or PassCosts.measured(comparison)
     seen = seen if seen is not None else observations(comparison)
-    target_passes, draft_passes = replay_passes(policy, comparison.baseline.token_ids,
+    target_passes, draft_passes = replay_passes(policy, comparison.reference_ids(),
                                                 comparison.draft_along_reference, comparison.max_new_tokens,
                                                 eos_ids, seen)
     seconds = target_passes * costs.target_s + draft_passes * costs.draft_s

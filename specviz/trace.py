@@ -151,9 +151,10 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 @dataclass
 class DraftAlongReference:
-    """What the draft proposes at every position of the target's greedy answer, fed that answer
-    one token per forward call: its token, its probability and the entropy of its distribution.
-    The raw material of the oracle line and of the what-if sweep."""
+    """What the draft proposes at every position of the target's greedy answer, as the oracle's
+    replay fed it that answer: its token, its probability and the entropy of its distribution.
+    The raw material of the oracle line and of the what-if sweep. (The answer's last position,
+    where no policy drafts, may be unseen: token -1.)"""
 
     tokens: list[int]
     probs: list[float]
@@ -167,7 +168,7 @@ class Comparison:
     preset: str
     prompt: str
     max_new_tokens: int
-    baseline: Baseline
+    baseline: Baseline | None  # None until target-only decoding has run (it runs last)
     traces: list[Trace]
     temperature: float = 0.0
     seed: int | None = None
@@ -175,9 +176,23 @@ class Comparison:
     oracle_ideal: list[int] | None = None  # ideal lookahead at every answer position (greedy)
     draft_along_reference: DraftAlongReference | None = None  # greedy runs
     partial: bool = False  # the run was cut short (time budget or stop)
+    # The run whose answer served the oracle as the target's greedy answer (None: the baseline's).
+    oracle_reference: str | None = None
+    oracle_s: float = 0.0  # seconds spent finding the oracle's ideal (draft passes along the answer)
+    # Where and when a stored comparison was computed (date, machine, versions), for showing it later.
+    provenance: dict[str, str] | None = None
 
-    def speedup(self, trace: Trace) -> float:
+    def speedup(self, trace: Trace) -> float | None:
+        """Target-only wall time over the trace's; None until the baseline has run."""
+        if self.baseline is None:
+            return None
         return self.baseline.wall_s / trace.wall_s if trace.wall_s > 0 else 0.0
+
+    def reference_ids(self) -> list[int]:
+        """The target's greedy answer the oracle and the what-if sweep were computed along."""
+        if self.oracle_reference is not None:
+            return self.trace(self.oracle_reference).token_ids
+        return self.baseline.token_ids if self.baseline is not None else []
 
     def trace(self, label: str) -> Trace:
         for t in self.traces:
@@ -198,7 +213,10 @@ class Comparison:
             "partial": self.partial,
             "oracle_ideal": self.oracle_ideal,
             "draft_along_reference": asdict(self.draft_along_reference) if self.draft_along_reference else None,
-            "baseline": {
+            "oracle_reference": self.oracle_reference,
+            "oracle_s": self.oracle_s,
+            "provenance": self.provenance,
+            "baseline": None if self.baseline is None else {
                 "token_ids": self.baseline.token_ids,
                 "text": self.baseline.text,
                 "target_passes": self.baseline.target_passes,
@@ -252,9 +270,9 @@ class Comparison:
     def from_dict(cls, data: dict[str, Any]) -> Comparison:
         """Rebuild a comparison from `to_dict()` output (for showing a past run without models)."""
         b = data["baseline"]
-        baseline = Baseline(token_ids=list(b["token_ids"]), wall_s=float(b["wall_s"]),
-                            stop_reason=b.get("stop_reason", ""), text=b.get("text", ""),
-                            temperature=float(data.get("temperature") or 0.0), seed=data.get("seed"))
+        baseline = None if b is None else Baseline(
+            token_ids=list(b["token_ids"]), wall_s=float(b["wall_s"]), stop_reason=b.get("stop_reason", ""),
+            text=b.get("text", ""), temperature=float(data.get("temperature") or 0.0), seed=data.get("seed"))
         traces = []
         for m in data["modes"]:
             traces.append(Trace(
@@ -268,6 +286,8 @@ class Comparison:
                    baseline=baseline, traces=traces, temperature=float(data.get("temperature") or 0.0),
                    seed=data.get("seed"), prompt_tokens=int(data.get("prompt_tokens", 0)),
                    oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)),
+                   oracle_reference=data.get("oracle_reference"), provenance=data.get("provenance"),
+                   oracle_s=float(data.get("oracle_s") or 0.0),
                    draft_along_reference=DraftAlongReference(**along) if (along := data.get(
                        "draft_along_reference")) else None)
 

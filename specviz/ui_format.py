@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .render import metrics_html, render_trace
 from .trace import Comparison, Trace
+
+if TYPE_CHECKING:
+    from .models import LoadState
 
 # One column per policy, in this order, whatever the settings.
 POLICY_COLUMNS: list[str] = ["static", "heuristic", "dynamic", "oracle"]
@@ -76,6 +80,19 @@ def placeholder_html(policy: str, state: str, note: str | None = None) -> str:
     )
 
 
+def live_html(trace: Trace) -> str:
+    """A column whose policy is running: the rounds decided so far and the live pass counters."""
+    return (
+        f'<div class="specviz-column" data-policy="{html.escape(trace.policy)}" data-state="running">'
+        + column_title_html(trace.policy, trace.label)
+        + render_trace(trace)
+        + '<div class="specviz-live">running: round <b data-live="rounds">'
+        + f'{len(trace.rounds)}</b> · target passes <b data-live="target_passes">{trace.target_passes}</b>'
+        + f' · draft passes <b data-live="draft_passes">{trace.draft_passes}</b>'
+        + f' · tokens <b data-live="new_tokens">{trace.new_tokens}</b></div></div>'
+    )
+
+
 def result_html(trace: Trace, comparison: Comparison) -> str:
     """A finished column: title, coloured tokens and the metrics block."""
     return (
@@ -112,27 +129,44 @@ def next_policy(comparison: Comparison | None, order: Sequence[str] = POLICY_COL
     return None
 
 
+ORACLE_WAITING_NOTE = "waiting for the first policy's answer (the target's greedy answer) to find the ideal…"
+
+
 def column_htmls(comparison: Comparison | None, *, running: bool = True, note: str | None = None,
-                 order: Sequence[str] = POLICY_COLUMNS) -> list[str]:
+                 order: Sequence[str] = POLICY_COLUMNS, live: Trace | None = None) -> list[str]:
     """One HTML string per column.
 
-    Columns with a trace show it. While `running`, the first column without one says
-    "running…" and the rest "waiting…"; when not running (finished, stopped, failed) the
-    columns without a trace say `note` (or "not run").
+    Columns with a finished trace show it; the `live` trace (a policy under way) shows its
+    rounds so far. While `running`, the other columns say "waiting…"; when not running
+    (finished, stopped, failed) the columns without a trace say `note` (or "not run").
     """
-    current = next_policy(comparison, order) if running else None
     out = []
     for policy in order:
         trace = trace_for(comparison, policy)
         if trace is not None:
             out.append(result_html(trace, comparison))  # type: ignore[arg-type]
+        elif live is not None and live.policy == policy:
+            out.append(live_html(live))
         elif policy == "oracle" and _sampled(comparison):
             out.append(placeholder_html(policy, "skipped", ORACLE_SAMPLED_NOTE))
         elif running:
-            out.append(placeholder_html(policy, "running" if policy == current else "waiting"))
+            oracle_waits = policy == "oracle" and (comparison is None or comparison.oracle_ideal is None)
+            out.append(placeholder_html(policy, "waiting", ORACLE_WAITING_NOTE if oracle_waits else None))
         else:
             out.append(placeholder_html(policy, "skipped", note))
     return out
+
+
+def load_status_html(state: LoadState, preset: str) -> str:
+    """The model-pair line above the status: loading (which step, for how long), ready or failed."""
+    if state.phase == "loading":
+        return status_html(f"Loading the model pair {preset}: {state.step} ({state.elapsed_s():.0f} s)…", "running")
+    if state.phase == "failed":
+        return status_html(f"The model pair {preset} could not be loaded. {state.step} "
+                           "Press Run to try again.", "error")
+    if state.phase == "ready":
+        return status_html(f"Model pair {preset} ready (loaded in {state.elapsed_s():.1f} s).", "done")
+    return status_html(f"The model pair {preset} loads on the first Run.", "idle")
 
 
 def status_html(message: str, state: str = "info") -> str:
@@ -154,8 +188,14 @@ def done_message(comparison: Comparison) -> str:
         check = (f"sampled at T={comparison.temperature:g}: every answer follows the target's distribution "
                  "(compared by distribution, not token identity); the oracle is greedy-only and was not run")
     base = comparison.baseline
+    if base is None:
+        return f"Done: {len(traces)} policies; target-only decoding did not run, so nothing was checked."
     text = (f"Done: {len(traces)} policies, {comparison.max_new_tokens} max new tokens, "
             f"target-only baseline {base.target_passes} passes in {base.wall_s:.1f} s")
+    reference = comparison.oracle_reference
+    if reference and comparison.trace(reference).lossless is False:
+        check += (f"; the oracle was computed along {reference}'s answer, which is not the target's greedy "
+                  "answer, so its figures are approximate")
     return text + (f"; {check}." if check else ".")
 
 

@@ -21,6 +21,7 @@ EXAMPLES_PATH = Path(__file__).resolve().parent.parent / "assets" / "examples.js
 class Example:
     name: str
     prompt: str
+    comparison_path: Path | None = None  # a comparison computed ahead (scripts/make_examples.py)
 
 
 def load_examples(path: Path | str = EXAMPLES_PATH) -> list[Example]:
@@ -29,7 +30,16 @@ def load_examples(path: Path | str = EXAMPLES_PATH) -> list[Example]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
-    return [Example(str(item["name"]), str(item["prompt"])) for item in data]
+    folder = Path(path).parent
+    return [Example(str(item["name"]), str(item["prompt"]),
+                    folder / item["comparison"] if item.get("comparison") else None) for item in data]
+
+
+def example_comparison(example: Example) -> Comparison | None:
+    """The example's precomputed comparison, if it ships one that loads."""
+    if example.comparison_path is None or not example.comparison_path.is_file():
+        return None
+    return load_comparison_file(example.comparison_path)
 
 
 # ---- import --------------------------------------------------------------------------------

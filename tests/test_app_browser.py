@@ -81,6 +81,19 @@ READ_COLUMNS_JS = """(policies) => {
   return out;
 }"""
 
+# Streaming is real: a column shows coloured tokens while its policy is still running (no metrics
+# block yet), and more of them at a later update.
+WATCH_STREAMING_JS = """() => {
+  const seen = window.__specvizStreamed = {};
+  new MutationObserver(() => {
+    for (const col of document.querySelectorAll('#columns .specviz-column[data-state="running"]')) {
+      if (col.querySelector('.specviz-metrics')) continue;
+      const p = col.dataset.policy, n = col.querySelectorAll('.specviz-tokens .tok').length;
+      if (n) (seen[p] = seen[p] || []).push(n);
+    }
+  }).observe(document.body, {subtree: true, childList: true});
+}"""
+
 READ_PLOT_JS = """() => {
   const gd = document.querySelector('#lookahead-plot .js-plotly-plot');
   if (!gd || !gd.data) return null;
@@ -117,6 +130,7 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
 
     page.evaluate("() => { window.__specvizAlerts = []; "
                   "window.alert = (m) => { window.__specvizAlerts.push(String(m)); }; }")
+    page.evaluate(WATCH_STREAMING_JS)
     page.click("#run")
     page.wait_for_function(
         "(ps) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))",
@@ -127,6 +141,7 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
                            timeout=30_000)
     page.wait_for_timeout(500)  # let plotly finish drawing before the screenshot
 
+    streamed = page.evaluate("() => window.__specvizStreamed")
     shown = page.evaluate(READ_COLUMNS_JS, POLICIES)
     plot = page.evaluate(READ_PLOT_JS)
     status_text = page.inner_text("#status")
@@ -148,6 +163,13 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
     assert alerts == [] and dialogs == [], f"alert/dialog fired: {alerts} {dialogs}"
     assert "Done" in status_text, status_text
     assert console_errors == [], f"browser console errors: {console_errors}"
+
+    # Every column showed tokens before its policy ended, growing as rounds were decided; the
+    # longer runs were seen at two or more sizes (the page gets an update every 0.4 s at most).
+    for policy in POLICIES:
+        counts = streamed.get(policy, [])
+        assert counts and counts == sorted(counts), (policy, counts)
+    assert sum(len(set(streamed[p])) >= 2 for p in POLICIES) >= 2, streamed
 
     for trace in comparison.traces:
         col = shown[trace.policy]

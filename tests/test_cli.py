@@ -1,6 +1,7 @@
 """`python -m specviz`: the JSON schema later checks rely on, exports, and clear errors."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,30 @@ def test_sampling_run_has_no_oracle_and_no_identity_check(tmp_path):
     data = json.loads(out.read_text())
     assert [m["name"] for m in data["modes"]] == ["static k=5", "heuristic k0=5", "dynamic t=0.4"]
     assert all(m["lossless"] is None for m in data["modes"]) and data["oracle_ideal"] is None
+
+
+def test_a_model_that_cannot_load_is_one_line_and_exit_code_1(tmp_path):
+    not_a_folder = tmp_path / "cache-is-a-file"
+    not_a_folder.write_text("not a folder")
+    result = subprocess.run([sys.executable, "-m", "specviz", "compare", "--prompt", "hi", "--max-new-tokens", "4"],
+                            check=False, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "SPECVIZ_CACHE": str(not_a_folder)})
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and result.stderr.rstrip().splitlines()[-1] == errors[0]
+    assert "could not be loaded" in errors[0] and "scripts/setup.sh" in errors[0] and str(not_a_folder) in errors[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_an_unexpected_failure_is_one_line_unless_debug(monkeypatch, capsys):
+    from specviz import cli
+
+    def broken(args):
+        raise RuntimeError("something inside broke\nsecond line")
+
+    monkeypatch.setattr(cli, "cmd_presets", broken)
+    assert cli.main(["presets"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: something inside broke" in err and "--debug" in err
+    with pytest.raises(RuntimeError):
+        cli.main(["--debug", "presets"])

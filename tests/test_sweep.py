@@ -3,7 +3,7 @@
 import pytest
 
 from specviz.engine import generate, target_only
-from specviz.oracle import draft_predictions
+from specviz.oracle import finish, oracle_replay
 from specviz.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
 from specviz.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 from specviz.trace import Comparison, DraftAlongReference
@@ -17,7 +17,8 @@ def tiny_comparison(tiny_pair):
     baseline = target_only(tiny_pair, PROMPT, MAX_NEW)
     traces = [generate(tiny_pair, PROMPT, policy, MAX_NEW) for policy in (Static(5), Heuristic(5), Dynamic(0.4))]
     return Comparison(preset="tiny", prompt="tiny", max_new_tokens=MAX_NEW, baseline=baseline, traces=traces,
-                      draft_along_reference=draft_predictions(tiny_pair, PROMPT, baseline.token_ids))
+                      draft_along_reference=finish(oracle_replay(tiny_pair, PROMPT, baseline.token_ids,
+                                                                               MAX_NEW))[1])
 
 
 @pytest.mark.parametrize("make", [lambda: Static(1), lambda: Static(3), lambda: Static(8), lambda: Static(20),

@@ -1,0 +1,68 @@
+"""Compute the example prompts' comparisons ahead, so the app shows them the moment one is clicked.
+
+Runs every prompt of assets/examples.json through the app's default policies with the default
+preset and 128 new tokens (the app's defaults) and writes each comparison, with where and when it
+was computed, to the file the example names (assets/examples/*.json). Run it alone on a quiet
+machine: the stored wall times are shown in the app as measured.
+
+    python scripts/make_examples.py [--preset smollm2-135m-int8] [--max-new-tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+import transformers
+
+from specviz.models import DEFAULT_PRESET, get_pair
+from specviz.pipeline import Limits, compare, make_request
+from specviz.policies import DEFAULT_MODES
+from specviz.ui_import import load_examples
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default=DEFAULT_PRESET)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    args = parser.parse_args()
+    pair = get_pair(args.preset, progress=print)
+    for example in load_examples():
+        if example.comparison_path is None:
+            continue
+        request = make_request(example.prompt, DEFAULT_MODES, args.max_new_tokens)
+        comparison = compare(pair, request, Limits(time_budget_s=float("inf")))
+        comparison.provenance = {
+            "date": datetime.date.today().isoformat(),
+            "machine": machine(),
+            "versions": f"transformers {transformers.__version__}, python {platform.python_version()}",
+            "command": "python scripts/make_examples.py",
+        }
+        lossless = all(t.lossless for t in comparison.traces)
+        example.comparison_path.parent.mkdir(parents=True, exist_ok=True)
+        example.comparison_path.write_text(comparison.to_json() + "\n", encoding="utf-8")
+        print(f"{example.name}: {len(comparison.traces)} policies, lossless {lossless}, "
+              f"wrote {example.comparison_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The app with no model work: examples open at once, and a model that cannot load says why.
+
+Two apps in headless Chromium, neither of which loads a model:
+* SPECVIZ_PRELOAD=0: clicking an example shows its comparison computed ahead (four complete
+  columns, labelled precomputed) while the model-pair line still says nothing was loaded;
+* SPECVIZ_CACHE pointing at a file: the background preload fails, and both the page's model line
+  and the status after Run give the cause and the fix, with no traceback anywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
+
+pytestmark = [pytest.mark.browser]
+
+POLICIES = ["static", "heuristic", "dynamic", "oracle"]
+
+sync_api = pytest.importorskip("playwright.sync_api")
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def test_an_example_opens_a_complete_comparison_without_any_model(tmp_path, browser):
+    from specviz.ui_import import example_comparison, load_examples
+
+    proc, url = start_app(tmp_path / "app.log", SPECVIZ_PRELOAD="0")
+    try:
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        page.goto(url)
+        page.wait_for_selector("#example-0", timeout=60_000)
+        assert "loads on the first Run" in page.inner_text("#model-status")
+        for index, example in enumerate(load_examples()):
+            page.click(f"#example-{index}")
+            page.wait_for_function(
+                "([ps, prompt]) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))"
+                " && document.querySelector('#status').innerText.includes('Precomputed')"
+                " && document.querySelector('#prompt textarea').value === prompt",
+                arg=[POLICIES, example.prompt], timeout=30_000)
+            assert page.locator("#prompt textarea").input_value() == example.prompt
+            stored = example_comparison(example)
+            for trace in stored.traces:
+                shown = page.inner_text(f'#col-{trace.policy} [data-metric="target_passes"]')
+                assert int(shown) == trace.target_passes, (example.name, trace.label)
+            status = page.inner_text("#status")
+            assert stored.preset in status and stored.provenance["date"] in status, status
+        # Still nothing loaded: the examples ran no model.
+        assert "loads on the first Run" in page.inner_text("#model-status")
+        page.close()
+    finally:
+        stop_app(proc)
+    log = (tmp_path / "app.log").read_text()
+    assert "Traceback" not in log and "run: preset" not in log
+
+
+def test_a_model_that_cannot_load_says_why_in_the_page(tmp_path, browser):
+    not_a_folder = tmp_path / "cache-is-a-file"
+    not_a_folder.write_text("not a folder")
+    proc, url = start_app(tmp_path / "app.log", SPECVIZ_CACHE=str(not_a_folder))
+    try:
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        page.goto(url)
+        page.wait_for_selector('#model-status .specviz-status[data-state="error"]', timeout=120_000)
+        line = page.inner_text("#model-status")
+        assert "could not be loaded" in line and "scripts/setup.sh" in line and "Press Run to try again" in line
+        page.fill("#max-new-tokens input[type=number]", "16")
+        page.click("#run")
+        page.wait_for_selector('#status .specviz-status[data-state="error"]', timeout=120_000)
+        status = page.inner_text("#status")
+        assert "could not be loaded" in status and str(not_a_folder) in status, status
+        assert "Traceback" not in page.content()
+        # The next Run tries the load again (and fails the same way here).
+        page.click("#run")
+        for _ in range(240):
+            if (tmp_path / "app.log").read_text().count("Loading smollm2-135m-int8 failed") == 2:
+                break
+            page.wait_for_timeout(500)
+        assert "could not be loaded" in page.inner_text("#status")
+        page.close()
+    finally:
+        stop_app(proc)
+    log = (tmp_path / "app.log").read_text()
+    assert log.count("Preloading the default model pair failed") == 1 and "Traceback" not in log
+    assert log.count("Loading smollm2-135m-int8 failed") == 2
