@@ -276,7 +276,7 @@ def _load_error(name: str, error: Exception) -> ModelLoadError:
     if isinstance(error, SpecVizError):
         return ModelLoadError(str(error))  # already says what to do
     lines = str(error).strip().splitlines()
-    cause = f"{type(error).__name__}: {lines[0][:300]}" if lines else type(error).__name__
+    cause = f"{type(error).__name__}: {lines[0][:300].rstrip('.')}" if lines else type(error).__name__
     if isinstance(error, ImportError) or "pip install" in cause:
         fix = "install SpecViz's requirements with scripts/setup.sh (or pip install -r requirements.txt)"
     else:

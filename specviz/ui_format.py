@@ -162,8 +162,8 @@ def load_status_html(state: LoadState, preset: str) -> str:
     if state.phase == "loading":
         return status_html(f"Loading the model pair {preset}: {state.step} ({state.elapsed_s():.0f} s)…", "running")
     if state.phase == "failed":
-        return status_html(f"The model pair {preset} could not be loaded. {state.step} "
-                           "Press Run to try again.", "error")
+        # The message names the cause and the fix, and says to run again (the next Run retries).
+        return status_html(f"The model pair {preset} could not be loaded. {state.step}", "error")
     if state.phase == "ready":
         return status_html(f"Model pair {preset} ready (loaded in {state.elapsed_s():.1f} s).", "done")
     return status_html(f"The model pair {preset} loads on the first Run.", "idle")

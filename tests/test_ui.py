@@ -343,3 +343,26 @@ def test_json_round_trip_shows_the_same_view(tiny_pair):
         for i in range(len(t_before.rounds)):
             assert replay_html(replay_step(t_after, i)) == replay_html(replay_step(t_before, i))
     assert after.to_json() == before.to_json()
+
+
+# ---- examples computed ahead ---------------------------------------------------------------
+
+
+def test_every_shipped_example_loads_is_lossless_and_has_the_current_schema():
+    from specviz.ui_import import example_comparison
+
+    examples = load_examples()
+    assert examples and all(e.comparison_path is not None for e in examples)
+    for example in examples:
+        comparison = example_comparison(example)
+        assert comparison is not None, example.name
+        assert comparison.prompt == example.prompt and not comparison.partial
+        assert [t.policy for t in comparison.traces] == POLICY_COLUMNS
+        assert all(t.lossless is True for t in comparison.traces), example.name
+        assert all(t.token_ids == comparison.baseline.token_ids for t in comparison.traces)
+        oracle = comparison.trace("oracle")
+        assert all(r.accepted == r.lookahead for r in oracle.rounds), "every oracle round accepts all it drafts"
+        assert set(comparison.provenance) >= {"date", "machine", "command"}
+        # The stored file is exactly what today's code writes for this comparison: same schema.
+        stored = json.loads(example.comparison_path.read_text(encoding="utf-8"))
+        assert comparison.to_dict() == stored, f"{example.name}: regenerate with scripts/make_examples.py"
