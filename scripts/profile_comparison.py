@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specviz.models import DEFAULT_PRESET, get_pair  # noqa: E402
-from specviz.pipeline import Limits, compare, make_request  # noqa: E402
-from specviz.policies import DEFAULT_MODES  # noqa: E402
-from specviz.ui_import import load_examples  # noqa: E402
+from specviz.models import DEFAULT_PRESET, get_pair
+from specviz.pipeline import Limits, compare, make_request
+from specviz.policies import DEFAULT_MODES
+from specviz.ui_import import load_examples
 
 
 def main() -> None:

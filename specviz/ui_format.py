@@ -117,17 +117,6 @@ def _sampled(comparison: Comparison | None) -> bool:
     return comparison is not None and comparison.temperature > 0
 
 
-def next_policy(comparison: Comparison | None, order: Sequence[str] = POLICY_COLUMNS) -> str | None:
-    """The first column policy that has no trace yet (the one running now, during a run).
-
-    The oracle is skipped for sampled runs: it is not run then."""
-    for policy in order:
-        if policy == "oracle" and _sampled(comparison):
-            continue
-        if trace_for(comparison, policy) is None:
-            return policy
-    return None
-
 
 ORACLE_WAITING_NOTE = "waiting for the first policy's answer (the target's greedy answer) to find the ideal…"
 

@@ -1,7 +1,7 @@
 """Issue 6, in process: hostile and odd input through the app's own `run` handler.
 
 `app.run` is the generator Gradio calls for "Run" (and for the `/compare` API). It is driven here
-directly with a do-nothing progress object; its last output is what the page finally shows. Every
+directly; its last output is what the page finally shows. Every
 bad input must end with a status line in the error state that says what is wrong, no traceback,
 and the next valid request must still work. Widget-level limits (slider minimum, number box
 minimum/maximum, dropdown choices) are enforced by Gradio before the handler runs; those are
@@ -24,17 +24,12 @@ GOOD = {"prompt": "Name a fruit.", "preset": "smollm2-135m-int8", "max_new_token
         "heuristic_k": 5, "threshold": 0.4, "dynamic_max": 20}
 
 
-class NoProgress:
-    def __call__(self, *args, **kwargs):
-        pass
-
-
 def run_app(**overrides) -> tuple:
     """The last output of app.run for GOOD with `overrides`: (status html, column htmls)."""
     import app
 
     outputs = None
-    for outputs in app.run(**{**GOOD, **overrides}, progress=NoProgress()):
+    for outputs in app.run(**{**GOOD, **overrides}):
         pass
     assert outputs is not None
     status = outputs[0]
@@ -196,7 +191,7 @@ def test_eos_as_the_first_token_gives_empty_answers_with_correct_counts(bundled_
         assert trace.token_ids == [first], trace.label
         assert trace.stop_reason == "eos" and trace.target_passes == 1 and trace.lossless is True, trace.label
 
-    monkeypatch.setattr(app, "get_pair", lambda name, progress=None: stopping)
+    monkeypatch.setattr(app, "wait_for_pair", lambda name: iter([stopping]))
     status, columns = run_app(max_new_tokens=16)
     assert state_of(status) == "done", message_of(status)
     done = [c for c in columns if 'data-state="done"' in c]

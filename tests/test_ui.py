@@ -15,7 +15,6 @@ from specviz.ui_format import (
     column_htmls,
     column_title_html,
     done_message,
-    next_policy,
     placeholder_html,
     preset_info,
     status_html,
@@ -107,23 +106,25 @@ def test_preset_info():
 def test_columns_before_any_result():
     running = column_htmls(None)
     assert len(running) == 4
-    assert 'data-state="running"' in running[0] and "running…" in running[0]
-    assert all('data-state="waiting"' in h and "waiting…" in h for h in running[1:])
+    assert all('data-state="waiting"' in h for h in running)
+    assert all("waiting…" in h for h in running[:3]) and "first policy&#x27;s answer" in running[3]
     idle = column_htmls(None, running=False, note="waiting…")
     assert all("waiting…" in h for h in idle)
 
 
-def test_columns_fill_in_order():
+def test_columns_fill_in_order_and_the_running_one_streams():
     comparison = make_comparison(["static", "heuristic"])
-    assert next_policy(comparison) == "dynamic"
-    html = column_htmls(comparison)
+    live = make_trace("dynamic", "dynamic t=0.4", texts=("x", "<y>"), accepted=1)
+    html = column_htmls(comparison, live=live)
     assert 'data-state="done"' in html[0] and 'data-state="done"' in html[1]
     assert "specviz-metrics" in html[0] and "tok-accepted" in html[0]
-    assert 'data-state="running"' in html[2]
+    # The running column shows its rounds so far and live counters, but no final metrics yet.
+    assert 'data-state="running"' in html[2] and "tok-accepted" in html[2] and "&lt;y&gt;" in html[2]
+    assert 'data-live="target_passes">1<' in html[2] and 'data-live="draft_passes">2<' in html[2]
+    assert "specviz-metrics" not in html[2]
     assert 'data-state="waiting"' in html[3]
     stopped = column_htmls(comparison, running=False, note="stopped")
     assert "stopped" in stopped[2] and "stopped" in stopped[3]
-    assert next_policy(make_comparison(POLICY_COLUMNS)) is None
 
 
 def test_columns_escape_model_text():
@@ -278,7 +279,6 @@ def test_sampled_columns_note_the_oracle():
     c.temperature = 0.8
     for t in c.traces:
         t.temperature, t.lossless = 0.8, None
-    assert next_policy(c) is None
     htmls = column_htmls(c, running=False)
     assert "greedy idea" in htmls[3] and ORACLE_SAMPLED_NOTE[:20] in htmls[3]
     assert 'data-value="sampled"' in htmls[0]
