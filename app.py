@@ -413,18 +413,17 @@ def build_demo() -> gr.Blocks:
                     columns.append(gr.HTML(html, elem_id=f"col-{policy}", elem_classes=["specviz-col"]))
                 if policy in EXTRA_COLUMNS:
                     extra_boxes.append(box)
+        # Full width: one panel per policy needs the room (the central picture of the app).
+        lookahead_plot = gr.Plot(label="Lookahead per round", elem_id="lookahead-plot")
         with gr.Row(equal_height=False):
-            lookahead_plot = gr.Plot(label="Lookahead per round", elem_id="lookahead-plot", min_width=420)
             progress_plot = gr.Plot(label="Tokens per target pass", elem_id="progress-plot", min_width=420)
+            positions_plot = gr.Plot(label="Acceptance by draft position", elem_id="positions-plot", min_width=420)
         summary = gr.Dataframe(value=_table(None), headers=SUMMARY_HEADERS, label="Summary", interactive=False,
                                elem_id="summary", wrap=True)
         threshold_plot = gr.Plot(label="Confidence threshold per round", elem_id="threshold-plot", visible=False)
-        with gr.Accordion("Why? The draft's calibration, acceptance by draft position, where the work went",
+        with gr.Accordion("Why? The draft's calibration and where the work went",
                           open=True, elem_id="explain-accordion"):
-            with gr.Row(equal_height=False):
-                calibration_plot = gr.Plot(label="Draft calibration", elem_id="calibration-plot", min_width=420)
-                positions_plot = gr.Plot(label="Acceptance by draft position", elem_id="positions-plot",
-                                         min_width=420)
+            calibration_plot = gr.Plot(label="Draft calibration", elem_id="calibration-plot")
             work_plot = gr.Plot(label="Where the work went", elem_id="work-plot")
         with gr.Accordion("Replay round by round", open=True, elem_id="replay"):
             gr.Markdown("Pick a policy and step through its rounds: **◀ Prev** / **Next ▶**, the slider, or "

@@ -81,7 +81,7 @@ def calibration_figure(comparison: Comparison, bins: int = 10) -> go.Figure:
     auc_text = "AUC n/a" if score is None else f"AUC {score:.2f}"
     _layout(fig, f"Does the draft's confidence predict acceptance? {auc_text} over {len(samples)} judged tokens",
             520)
-    fig.update_layout(margin={"b": 130}, bargap=0, meta={"auc": score, "sentence": calibration_sentence(samples,
+    fig.update_layout(margin={"t": 130, "b": 130}, bargap=0, meta={"auc": score, "sentence": calibration_sentence(samples,
                                                                                                         threshold)})
     fig.add_annotation(text=_wrap(calibration_sentence(samples, threshold)), xref="paper", yref="paper", x=0,
                        y=-0.2, xanchor="left", yanchor="top", showarrow=False, align="left",

@@ -228,10 +228,11 @@ def lookahead_figure(comparison: Comparison) -> go.Figure:
         barmode="stack",
         bargap=0,
         hovermode="closest",
-        height=150 + PANEL_HEIGHT * rows,
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 40 / (150 + PANEL_HEIGHT * rows),
+        height=200 + PANEL_HEIGHT * rows,
+        # The legend between the title and the first panel's title, in pixels whatever the height.
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0 + 36 / (PANEL_HEIGHT * rows),
                 "xanchor": "left", "x": 0},
-        margin={"t": 120, "b": 60},
+        margin={"t": 140, "b": 60},
     )
     for annotation in fig.layout.annotations:  # subplot titles: left-aligned, smaller than the title
         annotation.update(x=0, xanchor="left", font={"size": FONT_SIZE - 1})
