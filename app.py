@@ -20,11 +20,14 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from specviz.analysis import measured_draft_cost_ratio
 from specviz.errors import SpecVizError
+from specviz.explain_plots import explain_figures
 from specviz.export import SWEEP_HEADERS, sweep_rows, write_all
 from specviz.models import DEFAULT_PRESET, PRESETS, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
 from specviz.pipeline import Limits, make_request, run_comparison
 from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
+from specviz.presentation import PRESENT_CSS, TOGGLE_JS, presentation_requested
 from specviz.render import LEGEND_HTML, SUMMARY_HEADERS, TOKEN_CSS, render_trace, summary_rows
 from specviz.sweep import sweep
 from specviz.ui_format import (
@@ -120,7 +123,10 @@ MODEL_LOCK = threading.Lock()
 
 
 def _fit(fig):
-    """Plots sit in half-width columns: put the legend under the plot so it never covers the title."""
+    """Plots sit in half-width columns: put the legend under the plot so it never covers the title.
+    A figure that sets its own height (the lookahead panels, one per policy) keeps its layout."""
+    if fig.layout.height is not None:
+        return fig
     fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "xanchor": "left", "x": 0},
                       margin={"t": 60, "b": 20, "l": 60, "r": 20}, height=460, title={"font": {"size": 17}})
     return fig
@@ -250,20 +256,33 @@ def stop(comparison):
 REPLAY_EMPTY = '<div class="specviz-replay"><i>Run a comparison (or import one) to step through its rounds.</i></div>'
 
 
+def what_if(comparison, eos, draft_cost=None):
+    """The what-if sweep's chart and table; `draft_cost`: a draft pass as a fraction of a target
+    pass (None: as measured in the run)."""
+    if comparison is None or comparison.draft_along_reference is None or not comparison.traces:
+        return gr.skip(), gr.skip()
+    result = sweep(comparison, frozenset(eos or ()), None if draft_cost is None else float(draft_cost))
+    return (gr.Plot(sweep_figure(result, comparison), visible=True),
+            gr.Dataframe(pd.DataFrame(sweep_rows(result), columns=SWEEP_HEADERS), visible=True))
+
+
 def views(comparison, eos):
     """The views computed from a finished comparison (milliseconds: no models involved)."""
     skip = gr.skip()
     if comparison is None or not comparison.traces:
-        return (skip,) * 10
-    eos_ids = frozenset(eos or ())
+        return (skip,) * 14
+    ratio = measured_draft_cost_ratio(comparison)
+    cost = gr.Slider(value=round(min(1.0, max(0.01, ratio)), 2) if ratio else 0.5,
+                     visible=comparison.draft_along_reference is not None)
+    explain = explain_figures(comparison)
+    explained = (_fit(explain["calibration"]), _fit(explain["positions"]), explain["work"])
     if comparison.draft_along_reference is not None:
-        result = sweep(comparison, eos_ids)
-        sweep_plot = gr.Plot(sweep_figure(result, comparison), visible=True)
-        sweep_table = gr.Dataframe(pd.DataFrame(sweep_rows(result), columns=SWEEP_HEADERS), visible=True)
+        sweep_plot, sweep_table = what_if(comparison, eos)
         note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
                 "passes are counted from the draft's guesses along the answer (exact for full-precision models; "
                 "with a quantized or bf16 draft, whose guesses shift slightly with batching, expect a few passes "
-                "of error), time is estimated from this run's per-pass costs. Stars mark the settings actually run.")
+                "of error). Times are modeled from this run's per-pass costs; set the draft's cost below to see what "
+                "the same passes would give with a cheaper draft. Stars mark the settings actually run.")
     else:
         sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
         note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"
@@ -274,7 +293,7 @@ def views(comparison, eos):
     labels = [t.label for t in comparison.traces]
     trace = comparison.traces[0]
     extra = [gr.Column(visible=any(t.policy == p for t in comparison.traces)) for p in EXTRA_COLUMNS]
-    return (sweep_plot, sweep_table, note, threshold_plot,
+    return (sweep_plot, sweep_table, note, cost, *explained, threshold_plot,
             gr.Dropdown(choices=labels, value=trace.label, interactive=True),
             gr.Slider(minimum=1, maximum=max(2, len(trace.rounds)), value=1, step=1, interactive=True),
             _replay_panel(comparison, trace.label, 1, eos), *extra)
@@ -377,6 +396,10 @@ def model_status(preset):
     return load_status_html(state, preset), gr.Timer(active=state.phase == "loading")
 
 
+def presentation_from_url(request: gr.Request) -> bool:
+    return presentation_requested(dict(request.query_params))
+
+
 def build_demo() -> gr.Blocks:
     limits = Limits.from_env()
     examples = load_examples()
@@ -429,6 +452,8 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     run_button = gr.Button("Run", variant="primary", elem_id="run")
                     stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
+                present = gr.Checkbox(False, label="Presentation mode (large text, columns and lookahead only; "
+                                      "or open the page with ?present=1)", elem_id="present")
         model_line = gr.HTML(load_status_html(load_state(DEFAULT_PRESET), DEFAULT_PRESET), elem_id="model-status")
         status = gr.HTML(status_html("Pick an example to see a comparison at once, or type a prompt and press Run "
                                      "(about 30 s for 128 tokens, shown round by round).", "idle"), elem_id="status")
@@ -439,16 +464,23 @@ def build_demo() -> gr.Blocks:
         with gr.Row(equal_height=False, elem_id="columns"):
             for policy, html in zip(ALL_COLUMNS, column_htmls(None, running=False, note="waiting…",
                                                                order=ALL_COLUMNS)):
-                with gr.Column(min_width=260, visible=policy not in EXTRA_COLUMNS) as box:
+                with gr.Column(min_width=260, visible=policy not in EXTRA_COLUMNS,
+                               elem_classes=["specviz-extra-column"] if policy in EXTRA_COLUMNS else None) as box:
                     columns.append(gr.HTML(html, elem_id=f"col-{policy}", elem_classes=["specviz-col"]))
                 if policy in EXTRA_COLUMNS:
                     extra_boxes.append(box)
+        # Full width: one panel per policy needs the room (the central picture of the app).
+        lookahead_plot = gr.Plot(label="Lookahead per round", elem_id="lookahead-plot")
         with gr.Row(equal_height=False):
-            lookahead_plot = gr.Plot(label="Lookahead per round", elem_id="lookahead-plot", min_width=420)
             progress_plot = gr.Plot(label="Tokens per target pass", elem_id="progress-plot", min_width=420)
+            positions_plot = gr.Plot(label="Acceptance by draft position", elem_id="positions-plot", min_width=420)
         summary = gr.Dataframe(value=_table(None), headers=SUMMARY_HEADERS, label="Summary", interactive=False,
                                elem_id="summary", wrap=True)
         threshold_plot = gr.Plot(label="Confidence threshold per round", elem_id="threshold-plot", visible=False)
+        with gr.Accordion("Why? The draft's calibration and where the work went",
+                          open=True, elem_id="explain-accordion"):
+            calibration_plot = gr.Plot(label="Draft calibration", elem_id="calibration-plot")
+            work_plot = gr.Plot(label="Where the work went", elem_id="work-plot")
         with gr.Accordion("Replay round by round", open=True, elem_id="replay"):
             gr.Markdown("Pick a policy and step through its rounds: **◀ Prev** / **Next ▶**, the slider, or "
                         "the ← / → keys after clicking in this panel.", elem_id="replay-help")
@@ -462,6 +494,9 @@ def build_demo() -> gr.Blocks:
         with gr.Accordion("What if? Other lookahead settings on this run", open=True, elem_id="sweep-accordion"):
             sweep_note = gr.Markdown("After a greedy run, every dynamic threshold and static k is replayed here.",
                                      elem_id="sweep-note")
+            draft_cost = gr.Slider(0.01, 1.0, value=0.5, step=0.01, visible=False, elem_id="draft-cost",
+                                   label="Draft pass cost, as a fraction of a target pass (modeled; starts at "
+                                         "this run's measured ratio)")
             sweep_plot = gr.Plot(label="What-if sweep", elem_id="sweep-plot", visible=False)
             sweep_table = gr.Dataframe(headers=SWEEP_HEADERS, label="Replayed policies", interactive=False,
                                        max_height=360,
@@ -485,7 +520,8 @@ def build_demo() -> gr.Blocks:
         for checkbox, box in zip([adaptive_on, entropy_on], extra_boxes):
             checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False,
                             show_progress="hidden")
-        view_outputs = [sweep_plot, sweep_table, sweep_note, threshold_plot, replay_policy, replay_round,
+        view_outputs = [sweep_plot, sweep_table, sweep_note, draft_cost, calibration_plot, positions_plot, work_plot,
+                        threshold_plot, replay_policy, replay_round,
                         replay_panel, *extra_boxes]
         run_event = run_button.click(
             run,
@@ -521,6 +557,10 @@ def build_demo() -> gr.Blocks:
                 concurrency_limit=None).then(
                 exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
                 concurrency_id="specviz-export")
+        draft_cost.release(what_if, [last, eos_state, draft_cost], [sweep_plot, sweep_table], show_progress="hidden",
+                           concurrency_id="specviz-views", concurrency_limit=None)
+        present.change(None, present, None, js=TOGGLE_JS, queue=False, show_progress="hidden")
+        demo.load(presentation_from_url, None, present, queue=False, show_progress="hidden")
         png_button.click(lambda c, e: exports(c, e, png=True), [last, eos_state], [downloads, export_note],
                          concurrency_id="specviz-export")
         replay_policy.input(replay_pick, [last, replay_policy, eos_state], [replay_round, replay_panel],
@@ -553,7 +593,7 @@ def main(argv: list[str] | None = None) -> None:
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
         threading.Thread(target=_preload, name="specviz-preload", daemon=True).start()
     demo.launch(server_name=options.host, server_port=options.port, share=options.share,
-                theme=THEME, css=TOKEN_CSS + APP_CSS, js=REPLAY_JS, max_file_size=MAX_IMPORT_BYTES)
+                theme=THEME, css=TOKEN_CSS + APP_CSS + PRESENT_CSS, js=REPLAY_JS, max_file_size=MAX_IMPORT_BYTES)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,21 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from .explain_plots import explain_figures
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from .sweep import Sweep, sweep
 from .trace import Comparison
 
 
-def charts(comparison: Comparison, eos_ids: frozenset[int] = frozenset()) -> dict[str, go.Figure]:
-    """Every chart a comparison has, by file stem."""
-    figures = {"lookahead": lookahead_figure(comparison), "progress": progress_figure(comparison)}
+def charts(comparison: Comparison, eos_ids: frozenset[int] = frozenset(),
+           draft_ratio: float | None = None) -> dict[str, go.Figure]:
+    """Every chart a comparison has, by file stem, built from the comparison record alone (so an
+    imported JSON file gives the same charts). `draft_ratio`: the what-if's draft cost, as a
+    fraction of a target pass; None means as measured in the run."""
+    figures = {"lookahead": lookahead_figure(comparison), "progress": progress_figure(comparison),
+               **explain_figures(comparison)}
     if comparison.draft_along_reference is not None and comparison.traces:
-        figures["sweep"] = sweep_figure(sweep(comparison, eos_ids), comparison)
+        figures["sweep"] = sweep_figure(sweep(comparison, eos_ids, draft_ratio), comparison)
     if any(r.threshold is not None for t in comparison.traces for r in t.rounds):
         figures["threshold"] = threshold_figure(comparison)
     return figures
@@ -57,4 +62,4 @@ def sweep_rows(result: Sweep) -> list[list]:
             for r in result.thresholds + result.static]
 
 
-SWEEP_HEADERS = ["replayed policy", "target passes", "draft passes", "estimated s", "estimated speedup"]
+SWEEP_HEADERS = ["replayed policy", "target passes", "draft passes", "modeled s", "modeled speedup"]

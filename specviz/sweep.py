@@ -55,6 +55,18 @@ class PassCosts:
         draft = sum(r.draft_s for r in rounds) / drafted if drafted else 0.0
         return cls(target, draft)
 
+    @property
+    def draft_ratio(self) -> float:
+        """A draft pass's cost as a fraction of a target pass."""
+        return self.draft_s / self.target_s if self.target_s > 0 else 0.0
+
+    def with_draft_ratio(self, ratio: float) -> PassCosts:
+        """The same target pass with a draft pass costing `ratio` of it: what a cheaper (or dearer)
+        draft would make of the same passes."""
+        if not ratio >= 0:
+            raise ValueError("the draft cost ratio must be a number >= 0")
+        return PassCosts(self.target_s, self.target_s * ratio)
+
 
 DraftView = tuple[int, float, float]  # token, probability, entropy
 
@@ -149,11 +161,21 @@ class Sweep:
     thresholds: list[Replay]  # dynamic, max 20, one per THRESHOLDS value
     static: list[Replay]  # one per STATIC_KS value
     oracle_target_passes: int | None
+    costs: PassCosts | None = None  # the per-pass costs the times were modeled with
+    measured_costs: PassCosts | None = None  # the costs measured in the run
+
+    @property
+    def cost_modeled(self) -> bool:
+        """True when the draft's cost was set by hand rather than measured."""
+        return self.costs is not None and self.costs != self.measured_costs
 
 
-def sweep(comparison: Comparison, eos_ids: Iterable[int] = ()) -> Sweep:
-    """Dynamic thresholds 0.05..0.95 and static k 1..20, replayed on one greedy run."""
-    costs = PassCosts.measured(comparison)
+def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: float | None = None) -> Sweep:
+    """Dynamic thresholds 0.05..0.95 and static k 1..20, replayed on one greedy run. Times use the
+    run's measured per-pass costs, or, with `draft_ratio`, a draft pass costing that fraction of
+    a target pass."""
+    measured = PassCosts.measured(comparison)
+    costs = measured if draft_ratio is None else measured.with_draft_ratio(draft_ratio)
     eos = list(eos_ids)
     seen = observations(comparison)
     oracle = next((t for t in comparison.traces if t.policy == "oracle"), None)
@@ -161,4 +183,12 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = ()) -> Sweep:
         thresholds=[replay(comparison, Dynamic(t, 20), costs, eos, seen) for t in THRESHOLDS],
         static=[replay(comparison, Static(k), costs, eos, seen) for k in STATIC_KS],
         oracle_target_passes=oracle.target_passes if oracle else None,
+        costs=costs,
+        measured_costs=measured,
     )
+
+
+def modeled_speedup(comparison: Comparison, target_passes: int, draft_passes: int, costs: PassCosts) -> float:
+    """Target-only wall time over the time `costs` give these passes."""
+    seconds = target_passes * costs.target_s + draft_passes * costs.draft_s
+    return comparison.baseline.wall_s / seconds if seconds > 0 else 0.0

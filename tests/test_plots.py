@@ -46,49 +46,75 @@ def series(fig: go.Figure, name: str) -> list:
     return [d for d in fig.data if d.meta and d.meta["series"] == name]
 
 
-# ---- lookahead figure ----------------------------------------------------------------------
+# ---- lookahead figure: one panel per policy ------------------------------------------------
 
 
-def test_one_legend_group_per_policy_plus_oracle_line():
+def panel_series(fig: go.Figure, label: str, name: str) -> go.Bar | None:
+    found = [d for d in fig.data if d.meta and d.meta.get("label") == label and d.meta["series"] == name]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def test_one_panel_per_policy_each_with_the_oracle_line():
     comparison = make_comparison()
     fig = lookahead_figure(comparison)
-    groups = {d.legendgroup for d in fig.data if d.legendgroup}
-    assert groups == {t.label for t in comparison.traces}
-    for label in groups:
-        members = [d for d in fig.data if d.legendgroup == label]
-        assert sorted(d.meta["series"] for d in members) == ["accepted", "drafted"]
-        assert sum(bool(d.showlegend) for d in members) == 1  # one legend entry per policy
-        assert len({d.marker.color for d in members}) == 1  # one colour per policy
-        assert all(d.name == label for d in members)
-    (oracle,) = series(fig, "oracle_ideal")
-    assert oracle.name == "oracle ideal"
-    assert oracle.line.shape == "hv"
-    assert list(oracle.y) == comparison.oracle_ideal
-    assert list(oracle.x) == list(range(len(comparison.oracle_ideal)))
+    oracle_lines = series(fig, "oracle_ideal")
+    assert len(oracle_lines) == len(comparison.traces)
+    axes = {d.yaxis for d in fig.data if d.meta["series"] != "oracle_ideal"}
+    assert len(axes) == len(comparison.traces)  # each policy on its own axis
+    for line in oracle_lines:
+        assert line.line.shape == "hv"
+        assert list(line.y)[:-1] == comparison.oracle_ideal
+        assert list(line.x) == list(range(len(comparison.oracle_ideal) + 1))
+    assert sum(bool(line.showlegend) for line in oracle_lines) == 1
+    assert fig.layout.barmode == "stack"
+    assert [a.text.split(":")[0] for a in fig.layout.annotations][:2] == ["<b>static k=3</b>", "<b>dynamic</b>"]
 
 
-def test_markers_follow_the_rounds():
+def test_bars_split_each_round_against_the_ideal():
     comparison = make_comparison()
     fig = lookahead_figure(comparison)
-    static = comparison.trace("static k=3")
-    (drafted,) = [d for d in series(fig, "drafted") if d.name == "static k=3"]
-    (accepted,) = [d for d in series(fig, "accepted") if d.name == "static k=3"]
-    assert list(drafted.x) == [r.position for r in static.rounds] == [0, 4, 6, 7]
-    assert list(drafted.y) == [3, 3, 3, 3]
+    # static k=3 rounds: (pos 0, 3 drafted, 3 kept, ideal 3), (4, 3, 1, ideal 4), (6, 3, 0, ideal 2), (7, 3, 2, 1)
+    accepted = panel_series(fig, "static k=3", "accepted")
+    beyond = panel_series(fig, "static k=3", "beyond_ideal")
+    assert list(accepted.x) == [0.5, 4.5, 6.5, 7.5]  # over [p, p+1), where the ideal line holds p's value
     assert list(accepted.y) == [3, 1, 0, 2]
-    assert drafted.marker.symbol.endswith("-open") and not accepted.marker.symbol.endswith("-open")
-    assert drafted.marker.color == POLICY_COLORS["static"]
-    hover = drafted.text[1]
-    assert "round 1" in hover and "position 4" in hover
-    assert "drafted 3" in hover and "accepted 1" in hover
-    assert "0.91, 0.91, 0.91" in hover
-    assert "oracle ideal: 4" in hover
+    assert list(beyond.y) == [0, 2, 3, 1]  # a rejection: everything from it on was drafted past the ideal
+    assert panel_series(fig, "static k=3", "short_of_ideal") is None
+    # dynamic: (0, 2, 2, ideal 3) too short by 1; (3, 4, 4, ideal 0) accepted beyond the estimate; (8, 4, 1, 0)
+    dynamic_short = panel_series(fig, "dynamic", "short_of_ideal")
+    assert list(dynamic_short.y) == [1, 0, 0]
+    assert list(panel_series(fig, "dynamic", "beyond_ideal").y) == [0, 0, 3]
+    assert accepted.marker.color == POLICY_COLORS["static"]
+    assert beyond.marker.color != accepted.marker.color
+
+
+def test_hover_shows_escaped_draft_tokens_and_verdict():
+    comparison = make_comparison()
+    r = comparison.trace("static k=3").rounds[1]
+    r.draft_texts = ["<b>x</b>", "\n", " "]
+    fig = lookahead_figure(comparison)
+    hover = panel_series(fig, "static k=3", "accepted").hovertext[1]
+    assert "round 1, position 4" in hover and "drafted 3, accepted 1, oracle ideal 4" in hover
+    assert "too long" in hover
+    assert "&lt;b&gt;x&lt;/b&gt;" in hover and "<b>x</b>" not in hover
+    assert "✓ '&lt;b&gt;x&lt;/b&gt;' 0.91" in hover and "✗ '⏎' 0.91" in hover and "· '␣' 0.91" in hover
+
+
+def test_panel_titles_count_verdicts():
+    fig = lookahead_figure(make_comparison())
+    titles = [a.text for a in fig.layout.annotations]
+    assert "4 rounds, 3 too long, 0 too short, 1 on the ideal" in titles[0]
+    assert "3 rounds, 1 too long, 1 too short, 1 on the ideal" in titles[1]
 
 
 def test_no_oracle_line_when_sampling():
     fig = lookahead_figure(make_comparison(oracle=False))
     assert series(fig, "oracle_ideal") == []
-    assert "oracle ideal: n/a" in series(fig, "drafted")[0].text[0]
+    assert series(fig, "beyond_ideal") == [] and series(fig, "short_of_ideal") == []
+    rejected = panel_series(fig, "static k=3", "rejected")
+    assert list(rejected.y) == [0, 2, 3, 1]
+    assert "oracle ideal n/a" in rejected.hovertext[0]
 
 
 def test_layout_is_readable():
@@ -96,16 +122,16 @@ def test_layout_is_readable():
     assert fig.layout.font.size >= 14
     assert fig.layout.legend.orientation == "h"
     assert fig.layout.title.text
-    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    assert fig.layout.height >= 150 * len(make_comparison().traces)
 
 
-def test_same_policy_twice_keeps_colour_but_changes_symbol():
+def test_same_policy_twice_gets_two_panels_in_one_colour():
     comparison = make_comparison()
     comparison.traces.append(make_trace("static", "static k=5", [(5, 5)]))
     fig = lookahead_figure(comparison)
-    k3, k5 = [d for d in series(fig, "accepted") if d.meta["policy"] == "static"]
+    k3, k5 = panel_series(fig, "static k=3", "accepted"), panel_series(fig, "static k=5", "accepted")
     assert k3.marker.color == k5.marker.color
-    assert k3.marker.symbol != k5.marker.symbol
+    assert k3.yaxis != k5.yaxis
 
 
 # ---- progress figure -----------------------------------------------------------------------

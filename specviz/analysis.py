@@ -1,0 +1,299 @@
+"""Numbers that explain a comparison: the draft's calibration, acceptance by draft position, where
+the work went, and how each round's lookahead compares with the oracle's ideal.
+
+Pure functions of the `Comparison` record (no plotly, no models), so the charts, their tests and
+the study command share one definition of each number.
+
+A draft token is *judged* when the target verified it. The target keeps a round's leading
+`accepted` tokens and rejects the next one; tokens after the first rejection are thrown away
+unseen. So in a round, token i is accepted if i < accepted, rejected if i == accepted, and not
+judged if i > accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .trace import Comparison, Round, Trace
+
+# The oracle drafts only tokens it knows the target keeps; its tokens would say nothing about
+# whether the draft's confidence predicts acceptance, so calibration leaves it out by default.
+CALIBRATION_SKIPS = ("oracle",)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One draft token the target verified: the draft's probability for it and the verdict."""
+
+    prob: float
+    accepted: bool
+
+
+def judged_in_round(r: Round) -> list[Judged]:
+    """The round's judged tokens: the accepted ones and the first rejected one."""
+    judged = min(r.lookahead, r.accepted + 1)
+    return [Judged(float(r.draft_probs[i]), i < r.accepted) for i in range(min(judged, len(r.draft_probs)))]
+
+
+def judged_tokens(comparison: Comparison, skip: Iterable[str] = CALIBRATION_SKIPS) -> list[Judged]:
+    """Every judged draft token of every trace whose policy is not in `skip`.
+
+    A position judged by several policies counts once per policy: each is a real verification."""
+    skipped = set(skip)
+    return [j for t in comparison.traces if t.policy not in skipped for r in t.rounds for j in judged_in_round(r)]
+
+
+# ---- calibration ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CalibrationBin:
+    low: float
+    high: float
+    count: int
+    accepted: int
+
+    @property
+    def share(self) -> float | None:
+        """Share of the bin's tokens the target accepted; None for an empty bin."""
+        return self.accepted / self.count if self.count else None
+
+    @property
+    def middle(self) -> float:
+        return (self.low + self.high) / 2
+
+
+def calibration_bins(samples: Sequence[Judged], bins: int = 10) -> list[CalibrationBin]:
+    """Equal-width probability bins over [0, 1]; a probability of exactly 1 falls in the last bin."""
+    if bins < 1:
+        raise ValueError("bins must be at least 1")
+    counts = [0] * bins
+    accepted = [0] * bins
+    for s in samples:
+        index = min(bins - 1, max(0, int(s.prob * bins)))
+        counts[index] += 1
+        accepted[index] += s.accepted
+    return [CalibrationBin(i / bins, (i + 1) / bins, counts[i], accepted[i]) for i in range(bins)]
+
+
+def auc(samples: Sequence[Judged]) -> float | None:
+    """Area under the ROC curve of the draft probability as a predictor of acceptance.
+
+    The Mann-Whitney rank statistic: the chance that a random accepted token had a higher draft
+    probability than a random rejected one (ties count half). 0.5 means the probability says
+    nothing; None when either class is empty."""
+    positives = sum(s.accepted for s in samples)
+    negatives = len(samples) - positives
+    if positives == 0 or negatives == 0:
+        return None
+    ordered = sorted(samples, key=lambda s: s.prob)
+    rank_sum = 0.0
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j < len(ordered) and ordered[j].prob == ordered[i].prob:
+            j += 1
+        average_rank = (i + 1 + j) / 2  # ranks i+1..j share their mean
+        rank_sum += average_rank * sum(s.accepted for s in ordered[i:j])
+        i = j
+    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+@dataclass(frozen=True)
+class SplitAt:
+    """Judged tokens below a threshold and at or above it."""
+
+    threshold: float
+    below: int
+    below_accepted: int
+    above: int
+    above_accepted: int
+
+    @property
+    def below_share(self) -> float | None:
+        return self.below_accepted / self.below if self.below else None
+
+    @property
+    def above_share(self) -> float | None:
+        return self.above_accepted / self.above if self.above else None
+
+
+def split_at(samples: Sequence[Judged], threshold: float) -> SplitAt:
+    below = [s for s in samples if s.prob < threshold]
+    above = [s for s in samples if s.prob >= threshold]
+    return SplitAt(threshold, len(below), sum(s.accepted for s in below), len(above), sum(s.accepted for s in above))
+
+
+def dynamic_threshold(comparison: Comparison) -> float | None:
+    """The fixed confidence threshold of the comparison's first dynamic run, if any."""
+    for t in comparison.traces:
+        if t.policy == "dynamic" and "assistant_confidence_threshold" in t.params:
+            return float(t.params["assistant_confidence_threshold"])
+    return None
+
+
+def calibration_sentence(samples: Sequence[Judged], threshold: float | None) -> str:
+    """What the calibration means for this pair, in one or two sentences computed from the data."""
+    if not samples:
+        return "No draft token was judged by the target in this run, so there is nothing to calibrate."
+    score = auc(samples)
+    if score is None:
+        verdict = "accepted" if samples[0].accepted else "rejected"
+        head = f"The target {verdict} all {len(samples)} judged draft tokens, so confidence cannot separate them."
+    elif score >= 0.75:
+        head = f"AUC {score:.2f}: the draft's confidence predicts the target's verdict well."
+    elif score >= 0.6:
+        head = f"AUC {score:.2f}: the draft's confidence predicts the target's verdict only roughly."
+    else:
+        head = f"AUC {score:.2f}: the draft's confidence hardly predicts the target's verdict."
+    if threshold is None:
+        return head
+    split = split_at(samples, threshold)
+    if split.below_share is None:
+        return f"{head} No judged token had a draft probability below the threshold {threshold:g}."
+    below = f"{split.below_share:.0%} of {split.below}"
+    if split.below_share >= 0.5:
+        meaning = "so stopping there often gives up tokens the target would have kept"
+    else:
+        meaning = "so stopping there mostly saves draft work that would be thrown away"
+    above = (f"; at or above it, {split.above_share:.0%} of {split.above}" if split.above_share is not None else "")
+    return (f"{head} Below the threshold {threshold:g} the target still accepted {below} judged tokens"
+            f"{above}, {meaning}.")
+
+
+# ---- acceptance by draft position ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PositionShare:
+    position: int  # 1-based place of the token in its round's draft
+    rounds: int  # rounds that drafted at least `position` tokens
+    accepted: int  # of those, rounds whose token at `position` was accepted
+
+    @property
+    def share(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+
+def position_shares(trace: Trace) -> list[PositionShare]:
+    """vLLM's per-position acceptance: for draft position 1..k, among rounds that drafted at least
+    that many tokens, the share whose token there was accepted."""
+    longest = max((r.lookahead for r in trace.rounds), default=0)
+    return [PositionShare(i + 1, sum(r.lookahead > i for r in trace.rounds),
+                          sum(r.lookahead > i and r.accepted > i for r in trace.rounds)) for i in range(longest)]
+
+
+# ---- where the work went -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkSplit:
+    label: str
+    policy: str
+    target_passes: int
+    draft_accepted: int  # draft tokens the target kept
+    draft_thrown_away: int  # drafted and discarded: rejected, or after a rejection and never judged
+    draft_rejected: int  # of the thrown away: judged and rejected
+    draft_s: float
+    verify_s: float
+    wall_s: float
+
+    @property
+    def draft_passes(self) -> int:
+        return self.draft_accepted + self.draft_thrown_away
+
+    @property
+    def other_s(self) -> float:
+        """Wall time spent neither drafting nor verifying (bookkeeping, detokenizing)."""
+        return max(0.0, self.wall_s - self.draft_s - self.verify_s)
+
+    @property
+    def draft_time_share(self) -> float:
+        busy = self.draft_s + self.verify_s
+        return self.draft_s / busy if busy > 0 else 0.0
+
+
+def work_split(trace: Trace) -> WorkSplit:
+    accepted = sum(r.accepted for r in trace.rounds)
+    rejected = sum(r.accepted < r.lookahead for r in trace.rounds)
+    return WorkSplit(trace.label, trace.policy, trace.target_passes, accepted, trace.drafted - accepted, rejected,
+                     trace.draft_s, trace.verify_s, trace.wall_s)
+
+
+def measured_draft_cost_ratio(comparison: Comparison) -> float | None:
+    """Seconds per draft pass over seconds per target pass, measured over all rounds of the run."""
+    rounds = [r for t in comparison.traces for r in t.rounds]
+    drafted = sum(r.lookahead for r in rounds)
+    verify = sum(r.verify_s for r in rounds)
+    if not rounds or not drafted or verify <= 0:
+        return None
+    return (sum(r.draft_s for r in rounds) / drafted) / (verify / len(rounds))
+
+
+# ---- lookahead against the oracle ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundVerdict:
+    """One round against the oracle's ideal lookahead at its start position.
+
+    The ideal is the number of draft tokens the target would accept from there. A round with a
+    rejection drafted too much, and by exactly `lookahead - accepted` tokens: that is measured,
+    not estimated. A fully accepted round may have drafted too little: by how much comes from the
+    ideal recorded along the answer, an estimate (oracle.py: with the int8 draft it can differ a
+    little from what the engine's own feeding would have accepted).
+
+    A round's bar stacks `accepted`, then `beyond_ideal` (too long) or, in a sampled run with no
+    ideal, `rejected`; `short_of_ideal` is what it left undrafted below the ideal (too short)."""
+
+    ideal: int | None
+    accepted: int
+    rejected: int  # not kept, in a run with no ideal (sampled)
+    beyond_ideal: int
+    short_of_ideal: int
+
+    @property
+    def kind(self) -> str:
+        if self.ideal is None:
+            return "no ideal (sampled)"
+        if self.beyond_ideal:
+            return "too long"
+        if self.short_of_ideal:
+            return "too short"
+        return "on the ideal"
+
+
+def oracle_ideal_at(r: Round, comparison: Comparison) -> int | None:
+    """The ideal lookahead at the round's start, capped by the tokens the run still had room for."""
+    ideal = r.oracle_ideal
+    if ideal is None and comparison.oracle_ideal is not None and 0 <= r.position < len(comparison.oracle_ideal):
+        ideal = comparison.oracle_ideal[r.position]
+    if ideal is None:
+        return None
+    if comparison.max_new_tokens > 0:  # the target's own token needs room after the drafts
+        ideal = min(ideal, max(0, comparison.max_new_tokens - r.position - 1))
+    return ideal
+
+
+def round_verdict(r: Round, ideal: int | None, is_oracle: bool = False) -> RoundVerdict:
+    """`is_oracle`: the oracle's rounds are the ideal as the engine feeds the draft, so a fully
+    accepted oracle round is on the ideal whatever the estimate along the answer says."""
+    not_kept = r.lookahead - r.accepted
+    if ideal is None:
+        return RoundVerdict(None, r.accepted, not_kept, 0, 0)
+    if not_kept:
+        return RoundVerdict(ideal, r.accepted, 0, not_kept, 0)
+    return RoundVerdict(ideal, r.accepted, 0, 0, 0 if is_oracle else max(0, ideal - r.lookahead))
+
+
+def trace_verdicts(trace: Trace, comparison: Comparison) -> list[RoundVerdict]:
+    return [round_verdict(r, oracle_ideal_at(r, comparison), trace.policy == "oracle") for r in trace.rounds]
+
+
+def verdict_counts(trace: Trace, comparison: Comparison) -> dict[str, int]:
+    """How many of a trace's rounds were too long, too short or on the ideal."""
+    counts: dict[str, int] = {}
+    for verdict in trace_verdicts(trace, comparison):
+        counts[verdict.kind] = counts.get(verdict.kind, 0) + 1
+    return counts

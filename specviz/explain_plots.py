@@ -1,0 +1,171 @@
+"""Charts that say why a policy wins or loses on a prompt: the draft's calibration, acceptance by
+draft position, and where each policy's work went. The numbers come from `analysis`; this module
+only draws them. Every series carries `meta = {"series", ...}` so tests can find it.
+"""
+
+from __future__ import annotations
+
+import html
+import textwrap
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .analysis import (
+    auc,
+    calibration_bins,
+    calibration_sentence,
+    dynamic_threshold,
+    judged_tokens,
+    position_shares,
+    work_split,
+)
+from .plots import BASELINE_LINE_COLOR, FONT_SIZE, ORACLE_LINE_COLOR, _styles, _uid
+from .trace import Comparison
+
+COUNT_BAR_COLOR = "rgba(120, 120, 120, 0.30)"
+SHARE_COLOR = "#0072B2"
+THRESHOLD_COLOR = "#009E73"  # the dynamic policy's colour
+ACCEPTED_COLOR = "#009E73"
+THROWN_AWAY_COLOR = "#B2182B"  # the lookahead chart's "beyond the ideal" red
+TARGET_PASS_COLOR = "#555555"
+DRAFT_TIME_COLOR = "#E69F00"
+VERIFY_TIME_COLOR = "#0072B2"
+OTHER_TIME_COLOR = "rgba(150, 150, 150, 0.5)"
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> None:
+    fig.update_layout(title=title, template="plotly_white", font={"size": FONT_SIZE}, height=height,
+                      hovermode="closest",
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0})
+
+
+def _wrap(text: str, width: int = 130) -> str:
+    return "<br>".join(textwrap.wrap(text, width))
+
+
+# ---- calibration ---------------------------------------------------------------------------
+
+
+def calibration_figure(comparison: Comparison, bins: int = 10) -> go.Figure:
+    """Draft probability in bins against the share the target accepted (judged tokens of every
+    policy but the oracle), with the count per bin, the diagonal of a perfectly calibrated draft,
+    the dynamic threshold, the AUC in the title and a sentence saying what it means."""
+    samples = judged_tokens(comparison)
+    table = calibration_bins(samples, bins)
+    threshold = dynamic_threshold(comparison)
+    score = auc(samples)
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(
+        x=[b.middle for b in table], y=[b.count for b in table], width=[b.high - b.low for b in table],
+        name="judged tokens per bin", marker={"color": COUNT_BAR_COLOR, "line": {"color": "white", "width": 1}},
+        hovertext=[f"draft p {b.low:.1f}-{b.high:.1f}: {b.count} judged, {b.accepted} accepted" for b in table],
+        hoverinfo="text", meta={"series": "count"}, uid="calibration-count",
+    ), secondary_y=True)
+    fig.add_trace(go.Scatter(
+        x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
+        line={"color": ORACLE_LINE_COLOR, "dash": "dot", "width": 1.5}, hoverinfo="skip",
+        meta={"series": "diagonal"}, uid="calibration-diagonal",
+    ), secondary_y=False)
+    filled = [b for b in table if b.count]
+    fig.add_trace(go.Scatter(
+        x=[b.middle for b in filled], y=[b.share for b in filled], mode="lines+markers",
+        name="share the target accepted", line={"color": SHARE_COLOR, "width": 3},
+        marker={"size": [8 + min(10, b.count ** 0.5) for b in filled], "color": SHARE_COLOR},
+        hovertext=[f"draft p {b.low:.1f}-{b.high:.1f}<br>accepted {b.accepted} of {b.count} ({b.share:.0%})"
+                   for b in filled], hoverinfo="text", meta={"series": "share"}, uid="calibration-share",
+    ), secondary_y=False)
+    if threshold is not None:
+        fig.add_vline(x=threshold, line={"color": THRESHOLD_COLOR, "width": 2, "dash": "dash"},
+                      annotation_text=f"dynamic threshold {threshold:g}", annotation_position="top right")
+    auc_text = "AUC n/a" if score is None else f"AUC {score:.2f}"
+    _layout(fig, f"Does the draft's confidence predict acceptance? {auc_text} over {len(samples)} judged tokens",
+            520)
+    fig.update_layout(margin={"t": 130, "b": 130}, bargap=0, meta={"auc": score, "sentence": calibration_sentence(samples,
+                                                                                                        threshold)})
+    fig.add_annotation(text=_wrap(calibration_sentence(samples, threshold)), xref="paper", yref="paper", x=0,
+                       y=-0.2, xanchor="left", yanchor="top", showarrow=False, align="left",
+                       font={"size": FONT_SIZE - 1})
+    fig.update_xaxes(title_text="draft probability of its own token", range=[0, 1], dtick=0.1)
+    fig.update_yaxes(title_text="share accepted", range=[0, 1.05], tickformat=".0%", secondary_y=False)
+    fig.update_yaxes(title_text="judged tokens", rangemode="tozero", showgrid=False, tickformat="d",
+                     secondary_y=True)
+    return fig
+
+
+# ---- acceptance by draft position ----------------------------------------------------------
+
+
+def position_figure(comparison: Comparison) -> go.Figure:
+    """Per policy: share of rounds whose draft token at position 1, 2, ... was accepted, among
+    the rounds that drafted at least that many tokens."""
+    fig = go.Figure()
+    for t, (color, symbol) in zip(comparison.traces, _styles(comparison)):
+        shares = position_shares(t)
+        if not shares:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[s.position for s in shares], y=[s.share for s in shares], mode="lines+markers", name=t.label,
+            line={"color": color, "width": 2}, marker={"color": color, "symbol": symbol, "size": 8},
+            hovertext=[f"{html.escape(t.label)}, draft position {s.position}<br>accepted in {s.accepted} of "
+                       f"{s.rounds} rounds ({s.share:.0%})" for s in shares], hoverinfo="text",
+            uid=_uid(f"{t.label}:position"), meta={"label": t.label, "policy": t.policy, "series": "position"},
+        ))
+    _layout(fig, "Acceptance by draft position (among rounds that drafted that far)", 460)
+    fig.update_layout(margin={"t": 110})
+    fig.update_xaxes(title_text="position of the token in its round's draft", rangemode="tozero", dtick=1)
+    fig.update_yaxes(title_text="share accepted", range=[0, 1.05], tickformat=".0%")
+    return fig
+
+
+# ---- where the work went -------------------------------------------------------------------
+
+
+def work_figure(comparison: Comparison) -> go.Figure:
+    """Per policy: target passes next to the draft tokens it kept and threw away (left), and the
+    measured wall time split into drafting, verifying and the rest (right)."""
+    splits = [work_split(t) for t in comparison.traces]
+    labels = [html.escape(s.label) for s in splits]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
+                        subplot_titles=("forward passes and draft tokens", "measured time (s)"))
+    fig.add_trace(go.Bar(y=labels, x=[s.target_passes for s in splits], orientation="h", name="target passes",
+                         offsetgroup="target", marker={"color": TARGET_PASS_COLOR},
+                         hovertext=[f"{label}: {s.target_passes} target passes" for label, s in zip(labels, splits)],
+                         hoverinfo="text", meta={"series": "target_passes"}), row=1, col=1)
+    fig.add_trace(go.Bar(y=labels, x=[s.draft_accepted for s in splits], orientation="h",
+                         name="draft tokens accepted", offsetgroup="draft", marker={"color": ACCEPTED_COLOR},
+                         hovertext=[f"{label}: {s.draft_accepted} of {s.draft_passes} draft tokens accepted"
+                                    for label, s in zip(labels, splits)],
+                         hoverinfo="text", meta={"series": "draft_accepted"}), row=1, col=1)
+    fig.add_trace(go.Bar(y=labels, x=[s.draft_thrown_away for s in splits], orientation="h",
+                         base=[s.draft_accepted for s in splits], name="draft tokens thrown away",
+                         offsetgroup="draft", marker={"color": THROWN_AWAY_COLOR},
+                         hovertext=[f"{label}: {s.draft_thrown_away} draft tokens thrown away ({s.draft_rejected} "
+                                    f"rejected, {s.draft_thrown_away - s.draft_rejected} after a rejection, never "
+                                    f"judged)" for label, s in zip(labels, splits)],
+                         hoverinfo="text", meta={"series": "draft_thrown_away"}), row=1, col=1)
+    for series, name, color, values in (
+            ("draft_s", "drafting", DRAFT_TIME_COLOR, [s.draft_s for s in splits]),
+            ("verify_s", "verifying", VERIFY_TIME_COLOR, [s.verify_s for s in splits]),
+            ("other_s", "other", OTHER_TIME_COLOR, [s.other_s for s in splits])):
+        fig.add_trace(go.Bar(y=labels, x=values, orientation="h", name=name, marker={"color": color},
+                             hovertext=[f"{label}: {name} {v:.2f} s of {s.wall_s:.2f} s"
+                                        for label, s, v in zip(labels, splits, values)],
+                             hoverinfo="text", meta={"series": series}), row=1, col=2)
+    fig.add_vline(x=comparison.baseline.wall_s, line={"color": BASELINE_LINE_COLOR, "dash": "dash"},
+                  annotation_text="target alone", annotation_position="top", row=1, col=2)
+    _layout(fig, "Where the work went", 230 + 60 * max(3, len(splits)))
+    fig.update_layout(barmode="relative", margin={"t": 80, "b": 140},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.35, "xanchor": "left", "x": 0})
+    # 'relative' stacks the time bars; the pass bars are kept apart by their offset groups.
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(showticklabels=False, row=1, col=2)
+    fig.update_xaxes(title_text="passes / tokens", row=1, col=1)
+    fig.update_xaxes(title_text="seconds", row=1, col=2)
+    return fig
+
+
+def explain_figures(comparison: Comparison) -> dict[str, go.Figure]:
+    """The explaining charts, by file stem."""
+    return {"calibration": calibration_figure(comparison), "positions": position_figure(comparison),
+            "work": work_figure(comparison)}
