@@ -128,12 +128,18 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
         registrars.append(register_commands)
     except ImportError:
         pass
+    try:
+        from .study import register_commands as register_study
+        registrars.append(register_study)
+    except ImportError:
+        pass
     return registrars
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # recorded by commands that report their own command
     try:
         return args.run(args)
     except SpecVizError as error:
