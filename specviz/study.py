@@ -49,6 +49,7 @@ STUDY_HEADLINE = {"static": (38, 192), "oracle": (27, 129)}  # (target passes, d
 MODAL_SHARE_MAX = 0.5  # "jumps around": fewer than half the oracle's rounds at its most common value
 MEAN_CHANGE_MIN = 1.0  # ... and it moves by a token or more per round on average
 AUC_WELL, AUC_WEAKLY = 0.75, 0.6  # how to describe the draft's calibration
+FEW_REJECTED = 20  # below this many rejected tokens, say the AUC is rough
 RULES = f"""\
 - **A fixed lookahead wastes work** (headline): *reproduced* when, summed over the coding suite,
   the oracle needs fewer target passes **and** fewer draft passes than static k=5. The first
@@ -491,6 +492,10 @@ def _change(ours: int, base: int) -> str:
     return f"{(ours - base) / base:+.0%}" if base else "n/a"
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -508,7 +513,7 @@ def headline_section(figures: SuiteFigures | None) -> tuple[list[str], bool | No
     holds = headline_holds(static, oracle)
     lines += [
         (f"Target and draft forward passes, in the study's format. Ours: the coding suite's first prompt "
-        f"({first.prompt_id}, {first.new_tokens} new tokens) and the sum over its {len(figures.results)} prompts "
+        f"({first.prompt_id}, {first.new_tokens} new tokens) and the sum over its {_n(len(figures.results), 'prompt')} "
         f"({figures.new_tokens} new tokens)."), "",
         ("| policy | study (MBPP prompt): target | draft | ours, first prompt: target | draft "
         "| ours, suite sum: target | draft |"),
@@ -572,7 +577,7 @@ def dynamic_section(suites: Sequence[SuiteFigures]) -> tuple[list[str], bool | N
     flags = []
     for s in suites:
         dyn, heu = s.totals.get("dynamic"), s.totals.get("heuristic")
-        lines += [(f"**{s.suite}** ({len(s.results)} prompts, {s.new_tokens} new tokens; target-only "
+        lines += [(f"**{s.suite}** ({_n(len(s.results), 'prompt')}, {s.new_tokens} new tokens; target-only "
                   f"{s.target_only_wall_s:.1f} s measured, {s.target_only_modeled_s:.1f} s modeled)"), "",
                   ("| policy | target passes | draft passes | acceptance | measured speedup | modeled speedup "
                   "| lossless |"), "|---|---|---|---|---|---|---|"]
@@ -628,10 +633,12 @@ def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
                      f"| {_pct(split.below_share)} of {split.below} | {_ms(c.draft_s)} | {_ms(c.target_single_s)} "
                      f"| {_ms(c.verify_s)} | {_f(c.draft_fraction)} | {_f(c.verify_fraction)} |")
     pooled = auc(everything)
+    rejected = sum(not ok for _, ok in everything)
+    few = f"; with fewer than {FEW_REJECTED} rejections the AUC is a rough figure" if rejected < FEW_REJECTED else ""
     split = threshold_split(everything)
     fractions = [f"{s.costs.draft_fraction:.2f} ({s.suite})" for s in suites if s.costs.draft_fraction is not None]
     lines += ["", (f"Over all suites the draft's probability {_calibration_words(pooled)} (AUC {_f(pooled)} on "
-                   f"{len(everything)} judged tokens): {_pct(split.above_share)} of the tokens it gave "
+                   f"{len(everything)} judged tokens, {rejected} of them rejected{few}): {_pct(split.above_share)} of the tokens it gave "
                    f"{THRESHOLD:g} or more were accepted, {_pct(split.below_share)} of those below, where dynamic "
                    f"stops drafting. A draft pass costs {', '.join(fractions) or 'n/a'} of a "
                    f"one-token target pass: every rejected draft token wastes that much, and every "
@@ -685,8 +692,9 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
         verdicts[preset] = {"headline": h, "jumps": j, "dynamic": d}
         lossless = sum(m.lossless is True for f in figures for r in f.results for m in r.modes)
         modes_run = sum(len(r.modes) for f in figures for r in f.results)
+        suites_run = ", ".join(f"{f.suite} ({_n(len(f.results), 'prompt')})" for f in figures)
         bodies += [f"## {preset}", "",
-                   (f"Suites: {', '.join(f'{f.suite} ({len(f.results)} prompts)' for f in figures)}. Lossless check: "
+                   (f"Suites: {suites_run}. Lossless check: "
                     f"{lossless} of {modes_run} policy runs produced exactly target-only decoding's tokens."), ""]
         bodies += headline + jumps + dynamic + why_section(figures)
 
@@ -699,7 +707,7 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
         cells = [("not checked" if verdicts[p][key] is None else verdict(bool(verdicts[p][key]))) for p in presets]
         lines.append(f"| {text} | " + " | ".join(cells) + " |")
     lines += ["", "## The rules", "", RULES, ""]
-    return "\n".join(lines + bodies)
+    return "\n".join(lines + bodies) + "\n"
 
 
 CSV_COLUMNS = ["preset", "suite", "prompt_id", "max_new_tokens", "mode", "policy", "new_tokens", "target_passes",
