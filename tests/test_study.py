@@ -11,11 +11,11 @@ import torch
 
 from specviz import study
 from specviz.cli import main
-from specviz.study import (
+from specviz.study import ResultStore
+from specviz.study_report import (
     ModeResult,
     PassCosts,
     PromptResult,
-    ResultStore,
     RoundRecord,
     auc,
     judged_tokens,
