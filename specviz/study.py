@@ -197,7 +197,8 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
             raise SpecVizError(f"No results in {out}: run `python -m specviz study --out {out}` first.")
         store = ResultStore(out / "results.jsonl")
         selection = Selection(_parse_presets(args.preset), suite_names, args.max_new_tokens, args.limit)
-        path = write_report(out, report, store, selection, Meta(out / "meta.json"), _command_line(getattr(args, "argv", None)))
+        command = _command_line(getattr(args, "argv", None))
+        path = write_report(out, report, store, selection, Meta(out / "meta.json"), command)
         say(f"wrote {path} and {out / 'results.csv'}")
         return 0
 

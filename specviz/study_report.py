@@ -451,7 +451,8 @@ def headline_section(figures: SuiteFigures | None) -> tuple[list[str], bool | No
         (f"| oracle vs static | {_change(o_t, s_t)} | {_change(o_d, s_d)} "
         f"| {_change(f_oracle.target_passes, f_static.target_passes)} "
         f"| {_change(f_oracle.draft_passes, f_static.draft_passes)} "
-        f"| {_change(oracle.target_passes, static.target_passes)} | {_change(oracle.draft_passes, static.draft_passes)} |"),
+        f"| {_change(oracle.target_passes, static.target_passes)} "
+        f"| {_change(oracle.draft_passes, static.draft_passes)} |"),
         "",
         (f"Summed over the suite the oracle needs {oracle.target_passes} target passes against static's "
          f"{static.target_passes} ({'fewer' if oracle.target_passes < static.target_passes else 'not fewer'}) and "
@@ -564,9 +565,9 @@ def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
     split = threshold_split(everything)
     fractions = [f"{s.costs.draft_fraction:.2f} ({s.suite})" for s in suites if s.costs.draft_fraction is not None]
     lines += ["", (f"Over all suites the draft's probability {_calibration_words(pooled)} (AUC {_f(pooled)} on "
-                   f"{len(everything)} judged tokens, {rejected} of them rejected{few}): {_pct(split.above_share)} of the tokens it gave "
-                   f"{THRESHOLD:g} or more were accepted, {_pct(split.below_share)} of those below, where dynamic "
-                   f"stops drafting. A draft pass costs {', '.join(fractions) or 'n/a'} of a "
+                   f"{len(everything)} judged tokens, {rejected} of them rejected{few}): "
+                   f"{_pct(split.above_share)} of the tokens it gave {THRESHOLD:g} or more were accepted, "
+                   f"{_pct(split.below_share)} of those below, where dynamic stops drafting. A draft pass costs {', '.join(fractions) or 'n/a'} of a "
                    f"one-token target pass: every rejected draft token wastes that much, and every "
                    f"round the threshold ends early costs one more verification pass."), ""]
     return lines
@@ -596,8 +597,9 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
     if report_command:
         lines.append(f"- report regenerated with `{report_command}`")
     total = sum(r.seconds for r in done)
-    lines += ["", (f"Prompts: {len(done)} records ({', '.join(f'{p}: {sum(r.preset == p for r in done)}' for p in presets)}"
-                   f"), at most {', '.join(sorted({str(r.max_new_tokens) for r in done}))} new tokens, greedy, "
+    per_preset_count = ", ".join(f"{p}: {sum(r.preset == p for r in done)}" for p in presets)
+    budgets = ", ".join(sorted({str(r.max_new_tokens) for r in done}))
+    lines += ["", (f"Prompts: {len(done)} records ({per_preset_count}), at most {budgets} new tokens, greedy, "
                    f"modes {STUDY_MODES}, one prompt at a time. Compute time of these prompts: {duration(total)} "
                    f"(mean {total / len(done) if done else 0:.1f} s per prompt)."
                    + (f" Left out: {partial} partial records (time budget ran out)." if partial else "")), ""]
