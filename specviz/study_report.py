@@ -567,8 +567,8 @@ def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
     lines += ["", (f"Over all suites the draft's probability {_calibration_words(pooled)} (AUC {_f(pooled)} on "
                    f"{len(everything)} judged tokens, {rejected} of them rejected{few}): "
                    f"{_pct(split.above_share)} of the tokens it gave {THRESHOLD:g} or more were accepted, "
-                   f"{_pct(split.below_share)} of those below, where dynamic stops drafting. A draft pass costs {', '.join(fractions) or 'n/a'} of a "
-                   f"one-token target pass: every rejected draft token wastes that much, and every "
+                   f"{_pct(split.below_share)} of those below, where dynamic stops drafting. A draft pass costs "
+                   f"{', '.join(fractions) or 'n/a'} of a one-token target pass: every rejected draft token wastes that much, and every "
                    f"round the threshold ends early costs one more verification pass."), ""]
     return lines
 
