@@ -568,8 +568,8 @@ def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
                    f"{len(everything)} judged tokens, {rejected} of them rejected{few}): "
                    f"{_pct(split.above_share)} of the tokens it gave {THRESHOLD:g} or more were accepted, "
                    f"{_pct(split.below_share)} of those below, where dynamic stops drafting. A draft pass costs "
-                   f"{', '.join(fractions) or 'n/a'} of a one-token target pass: every rejected draft token wastes that much, and every "
-                   f"round the threshold ends early costs one more verification pass."), ""]
+                   f"{', '.join(fractions) or 'n/a'} of a one-token target pass: every rejected draft token "
+                   f"wastes that much, and every round the threshold ends early costs one more verification pass."), ""]
     return lines
 
 
