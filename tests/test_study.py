@@ -219,14 +219,23 @@ def restore_threads():
 @pytest.mark.slow
 def test_study_runs_resumes_and_reports(tmp_path, restore_threads, capsys):
     out = tmp_path / "out"
-    command = ["study", "--preset", "smollm2-135m-int8", "--suites", study.DEFAULT_SUITES[0], "--limit", "2",
+    command = ["study", "--preset", "smollm2-135m-int8", "--suites", study.DEFAULT_SUITES[0],
                "--max-new-tokens", "24", "--threads", "1", "--out", str(out)]
-    assert main(command) == 0
+    # A run that stopped after its first prompt, as an interrupted one does ...
+    assert main([*command, "--limit", "1"]) == 0
     err = capsys.readouterr().err
-    assert "0 of 2 prompts already done" in err
-    assert "[1/2] smollm2-135m-int8 coding code-01" in err and "left" in err
+    assert "0 of 1 prompts already done" in err and "[1/1] smollm2-135m-int8 coding code-01" in err
+    first = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(first) == 1
 
+    # ... resumes with the prompt it had not done, and only that one
+    assert main([*command, "--limit", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "1 of 2 prompts already done" in err
+    assert "[1/1] smollm2-135m-int8 coding code-02" in err and "code-01:" not in err and "left" in err
     lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == first[0] and len(lines) == 2
+
     records = [PromptResult.from_dict(json.loads(line)) for line in lines]
     assert [r.prompt_id for r in records] == ["code-01", "code-02"]
     for r in records:
@@ -240,7 +249,7 @@ def test_study_runs_resumes_and_reports(tmp_path, restore_threads, capsys):
 
     report = (out / "STUDY.md").read_text(encoding="utf-8")
     header = report.split("## Verdicts")[0]
-    assert "python -m specviz study --preset smollm2-135m-int8" in header
+    assert "python -m specviz study --preset smollm2-135m-int8" in header and "--limit 2" in header
     assert "torch threads (`torch.get_num_threads()`) 1" in header and "cores" in header and "torch 2." in header
     for claim in ("A fixed lookahead wastes work", "The oracle's lookahead jumps around", "The dynamic rule"):
         (cell,) = verdict_row(report, claim)
@@ -253,8 +262,8 @@ def test_study_runs_resumes_and_reports(tmp_path, restore_threads, capsys):
     assert verdict_row(report, "A fixed lookahead wastes work") == [expected]
     assert f"| static k=5 | 38 | 192 | {records[0].mode('static').target_passes} " in report
 
-    # a second run finds both prompts done: nothing is recomputed, no model is loaded
-    assert main(command) == 0
+    # once everything is done, a run recomputes nothing and loads no model
+    assert main([*command, "--limit", "2"]) == 0
     err = capsys.readouterr().err
     assert "2 of 2 prompts already done" in err and "[1/" not in err and "Loading" not in err
     assert (out / "results.jsonl").read_text(encoding="utf-8").splitlines() == lines
