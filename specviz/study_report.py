@@ -58,8 +58,6 @@ RULES = f"""\
   the next run."""
 
 
-
-
 # ---- records: one prompt's figures, as stored in results.jsonl -----------------------------
 
 
