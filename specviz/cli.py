@@ -124,15 +124,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """Commands that live in their own modules (benchmarks)."""
+    """Commands that live in their own modules (benchmarks, the study)."""
     from .bench import register_commands
+    from .study import register_commands as register_study
 
-    return [register_commands]
+    return [register_commands, register_study]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # recorded by commands that report their own command
     try:
         return args.run(args)
     except ModelLoadError as error:

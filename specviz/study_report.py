@@ -1,0 +1,666 @@
+"""The study's records and everything computed from them: per-suite figures, the verdict rules
+and the STUDY.md report (`python -m specviz study`, see study.py for the runs).
+
+Pure: records in, numbers and markdown out; no model and no torch, so a report can be rebuilt
+from `results.jsonl` alone. The verdicts are never written in: each follows a rule in `RULES`,
+implemented by the small functions below (`headline_holds`, `JumpStats.jumps_around`,
+`dynamic_wins`, `majority`).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STUDY_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
+THRESHOLD = 0.4  # dynamic's confidence threshold, where the calibration is split
+HEADLINE_SUITE = "coding"  # the study's headline is an MBPP prompt: our MBPP-style suite
+
+# The study's published figures (DESIGN.md), quoted beside ours; never used in a verdict.
+STUDY_HEADLINE = {"static": (38, 192), "oracle": (27, 129)}  # (target passes, draft passes)
+
+# The rules the verdicts follow. The report prints them; the functions below implement them.
+MODAL_SHARE_MAX = 0.5  # "jumps around": fewer than half the oracle's rounds at its most common value
+MEAN_CHANGE_MIN = 1.0  # ... and it moves by a token or more per round on average
+AUC_WELL, AUC_WEAKLY = 0.75, 0.6  # how to describe the draft's calibration
+FEW_REJECTED = 20  # below this many rejected tokens, say the AUC is rough
+RULES = f"""\
+- **A fixed lookahead wastes work** (headline): *reproduced* when, summed over the coding suite,
+  the oracle needs fewer target passes **and** fewer draft passes than static k=5. The first
+  prompt's figures are shown beside the sum (as the study quotes one prompt) but do not decide.
+- **The oracle's lookahead jumps around**: in a suite, *reproduced* when fewer than
+  {MODAL_SHARE_MAX:.0%} of the oracle's rounds have its most common lookahead (no fixed k
+  would match most rounds) **and** its lookahead changes by at least {MEAN_CHANGE_MIN:g} token
+  on average from one round to the next within a prompt. Over a preset: reproduced in more
+  than half of the suites run.
+- **The dynamic rule beats the heuristic**: in a suite, dynamic wins when its *modeled* time
+  summed over the suite is lower than the heuristic's. Modeled time = target passes x the mean
+  verification-pass time + draft passes x the mean draft-pass time, both measured in that suite
+  over all four policies; target-only's modeled time = new tokens x its mean one-token pass time.
+  Modeled rather than measured time decides, because a wall-clock ratio also carries whatever
+  else the machine did during each run; the measured speedups are shown beside it. Over a
+  preset: reproduced when dynamic wins in more than half of the suites run. Per prompt, a win
+  is a strictly lower modeled (or, in its own column, measured) time; equal times are ties.
+- **Why, for this pair** (no verdict): the draft's calibration is measured on static k=5's
+  rounds (the one policy whose stopping ignores the draft's confidence): in a round, draft
+  tokens before the first rejection are *accepted*, the first rejected one is *rejected*, later
+  ones are not judged. AUC = the chance that a random accepted token had a higher draft
+  probability than a random rejected one (ties count half); it is described as separating
+  them well at {AUC_WELL} or more, weakly from {AUC_WEAKLY}, barely below that. A draft pass's
+  cost is its mean time over a target-only one-token pass, both measured in the same suite.
+- Records cut short by the time budget (partial) are left out of every figure and redone by
+  the next run."""
+
+
+# ---- records: one prompt's figures, as stored in results.jsonl -----------------------------
+
+
+@dataclass
+class RoundRecord:
+    lookahead: int
+    accepted: int
+    probs: list[float]  # the draft's probability for each token it proposed
+
+
+@dataclass
+class ModeResult:
+    label: str  # e.g. "static k=5"
+    policy: str  # e.g. "static"
+    new_tokens: int
+    target_passes: int
+    draft_passes: int
+    accepted: int
+    wall_s: float
+    draft_s: float
+    verify_s: float
+    lossless: bool | None
+    rounds: list[RoundRecord] = field(default_factory=list)
+
+
+@dataclass
+class PromptResult:
+    """One prompt of one suite on one preset: the baseline and every policy's figures."""
+
+    preset: str
+    suite: str
+    prompt_id: str
+    index: int  # position in the suite file (0 = the suite's first prompt)
+    max_new_tokens: int
+    prompt_tokens: int
+    new_tokens: int  # target-only decoding's answer length
+    target_only_wall_s: float
+    seconds: float  # the whole comparison, baseline and oracle included
+    partial: bool
+    torch_threads: int
+    finished: str  # ISO date
+    modes: list[ModeResult]
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.preset, self.suite, self.prompt_id, self.max_new_tokens)
+
+    def mode(self, policy: str) -> ModeResult | None:
+        return next((m for m in self.modes if m.policy == policy), None)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PromptResult:
+        modes = [ModeResult(**{**m, "rounds": [RoundRecord(**r) for r in m["rounds"]]}) for m in data["modes"]]
+        return cls(**{**data, "modes": modes})
+
+
+# ---- pure figures ------------------------------------------------------------------------
+
+
+def judged_tokens(rounds: Iterable[RoundRecord]) -> list[tuple[float, bool]]:
+    """(draft probability, accepted?) for every draft token the target judged: those before the
+    first rejection (accepted) and the first rejected one; later tokens were never judged."""
+    judged = []
+    for r in rounds:
+        judged += [(p, True) for p in r.probs[: r.accepted]]
+        if r.accepted < r.lookahead:
+            judged.append((r.probs[r.accepted], False))
+    return judged
+
+
+def auc(judged: Sequence[tuple[float, bool]]) -> float | None:
+    """Area under the ROC curve of the probability as a predictor of acceptance (Mann-Whitney:
+    ranks with ties averaged). None when there are no accepted or no rejected tokens."""
+    positives = sum(1 for _, ok in judged if ok)
+    negatives = len(judged) - positives
+    if not positives or not negatives:
+        return None
+    ordered = sorted(judged, key=lambda item: item[0])
+    rank_sum = 0.0
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1][0] == ordered[start][0]:
+            end += 1
+        mean_rank = (start + end) / 2 + 1  # ranks start at 1
+        rank_sum += mean_rank * sum(1 for _, ok in ordered[start:end + 1] if ok)
+        start = end + 1
+    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+@dataclass
+class ThresholdSplit:
+    """Judged tokens on either side of the threshold, and how many of each were accepted."""
+
+    above: int  # probability >= threshold (dynamic would keep drafting after it)
+    above_accepted: int
+    below: int
+    below_accepted: int
+
+    @property
+    def above_share(self) -> float | None:
+        return self.above_accepted / self.above if self.above else None
+
+    @property
+    def below_share(self) -> float | None:
+        return self.below_accepted / self.below if self.below else None
+
+
+def threshold_split(judged: Iterable[tuple[float, bool]], threshold: float = THRESHOLD) -> ThresholdSplit:
+    split = ThresholdSplit(0, 0, 0, 0)
+    for prob, ok in judged:
+        if prob >= threshold:
+            split.above += 1
+            split.above_accepted += ok
+        else:
+            split.below += 1
+            split.below_accepted += ok
+    return split
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100), linear between the closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+HISTOGRAM_BINS: list[tuple[str, int, int]] = [("0", 0, 0), ("1", 1, 1), ("2", 2, 2), ("3", 3, 3), ("4", 4, 4),
+                                              ("5", 5, 5), ("6-10", 6, 10), ("11-20", 11, 20),
+                                              ("21+", 21, 10**9)]
+
+
+@dataclass
+class JumpStats:
+    """The oracle's lookahead over a suite: its distribution and its round-to-round change."""
+
+    prompts: int
+    rounds: int
+    histogram: dict[str, int]  # HISTOGRAM_BINS label -> rounds
+    percentiles: dict[int, float]  # 10, 25, 50, 75, 90
+    modal_value: int | None
+    modal_share: float | None  # share of rounds at the most common lookahead
+    changes: int  # consecutive round pairs within a prompt
+    mean_abs_change: float | None
+    share_change_2_plus: float | None  # share of those pairs that differ by 2 tokens or more
+
+    @property
+    def jumps_around(self) -> bool:
+        """The rule (RULES): no value holds most rounds, and it moves a token or more per round."""
+        return (self.modal_share is not None and self.mean_abs_change is not None
+                and self.modal_share < MODAL_SHARE_MAX and self.mean_abs_change >= MEAN_CHANGE_MIN)
+
+
+def jump_stats(lookaheads_per_prompt: Sequence[Sequence[int]]) -> JumpStats:
+    values = [k for prompt in lookaheads_per_prompt for k in prompt]
+    changes = [abs(b - a) for prompt in lookaheads_per_prompt for a, b in itertools.pairwise(prompt)]
+    histogram = {label: sum(low <= k <= high for k in values) for label, low, high in HISTOGRAM_BINS}
+    modal_value = modal_share = None
+    if values:
+        counts: dict[int, int] = {}
+        for k in values:
+            counts[k] = counts.get(k, 0) + 1
+        modal_value = max(sorted(counts), key=lambda k: counts[k])  # the smallest of equally common values
+        modal_share = counts[modal_value] / len(values)
+    return JumpStats(
+        prompts=len(lookaheads_per_prompt), rounds=len(values), histogram=histogram,
+        percentiles={q: percentile(values, q) for q in (10, 25, 50, 75, 90)} if values else {},
+        modal_value=modal_value, modal_share=modal_share, changes=len(changes),
+        mean_abs_change=statistics.fmean(changes) if changes else None,
+        share_change_2_plus=sum(c >= 2 for c in changes) / len(changes) if changes else None,
+    )
+
+
+@dataclass
+class PassCosts:
+    """Mean seconds per forward pass, measured in one suite's runs."""
+
+    target_single_s: float | None  # target-only decoding: one token per pass
+    verify_s: float | None  # a speculative round's verification pass (several tokens)
+    draft_s: float | None  # one draft pass
+
+    @property
+    def draft_fraction(self) -> float | None:
+        """A draft pass's cost as a fraction of a one-token target pass."""
+        return self.draft_s / self.target_single_s if self.draft_s and self.target_single_s else None
+
+    @property
+    def verify_fraction(self) -> float | None:
+        return self.verify_s / self.target_single_s if self.verify_s and self.target_single_s else None
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def pass_costs(results: Sequence[PromptResult]) -> PassCosts:
+    """Pooled over the suite: total time over total passes, for target-only and all policies together."""
+    modes = [m for r in results for m in r.modes]
+    return PassCosts(
+        target_single_s=_ratio(sum(r.target_only_wall_s for r in results), sum(r.new_tokens for r in results)),
+        verify_s=_ratio(sum(m.verify_s for m in modes), sum(m.target_passes for m in modes)),
+        draft_s=_ratio(sum(m.draft_s for m in modes), sum(m.draft_passes for m in modes)),
+    )
+
+
+def modeled_time(target_passes: int, draft_passes: int, costs: PassCosts) -> float:
+    return target_passes * (costs.verify_s or 0.0) + draft_passes * (costs.draft_s or 0.0)
+
+
+def target_only_modeled_time(new_tokens: int, costs: PassCosts) -> float:
+    return new_tokens * (costs.target_single_s or 0.0)
+
+
+@dataclass
+class PolicyTotals:
+    """One policy summed over a suite's prompts."""
+
+    label: str
+    policy: str
+    prompts: int
+    target_passes: int
+    draft_passes: int
+    accepted: int
+    wall_s: float
+    modeled_s: float
+    lossless: int  # prompts whose output equals target-only decoding
+
+    @property
+    def acceptance(self) -> float | None:
+        return _ratio(self.accepted, self.draft_passes)
+
+
+def policy_totals(results: Sequence[PromptResult], policy: str, costs: PassCosts) -> PolicyTotals | None:
+    modes = [m for m in (r.mode(policy) for r in results) if m is not None]
+    if not modes:
+        return None
+    return PolicyTotals(
+        label=modes[0].label, policy=policy, prompts=len(modes),
+        target_passes=sum(m.target_passes for m in modes), draft_passes=sum(m.draft_passes for m in modes),
+        accepted=sum(m.accepted for m in modes), wall_s=sum(m.wall_s for m in modes),
+        modeled_s=sum(modeled_time(m.target_passes, m.draft_passes, costs) for m in modes),
+        lossless=sum(m.lossless is True for m in modes),
+    )
+
+
+@dataclass
+class Wins:
+    first: int
+    second: int
+    ties: int
+
+
+def prompt_wins(results: Sequence[PromptResult], first: str, second: str, costs: PassCosts,
+                measured: bool = False) -> Wins:
+    """On how many prompts `first` needed strictly less (modeled or measured) time than `second`."""
+    wins = Wins(0, 0, 0)
+    for r in results:
+        a, b = r.mode(first), r.mode(second)
+        if a is None or b is None:
+            continue
+        ta, tb = ((a.wall_s, b.wall_s) if measured else
+                  (modeled_time(a.target_passes, a.draft_passes, costs),
+                   modeled_time(b.target_passes, b.draft_passes, costs)))
+        if ta < tb:
+            wins.first += 1
+        elif tb < ta:
+            wins.second += 1
+        else:
+            wins.ties += 1
+    return wins
+
+
+def majority(flags: Sequence[bool]) -> bool:
+    """More than half: the rule for a preset's verdict over its suites."""
+    return sum(flags) * 2 > len(flags)
+
+
+def headline_holds(static: PolicyTotals, oracle: PolicyTotals) -> bool:
+    return oracle.target_passes < static.target_passes and oracle.draft_passes < static.draft_passes
+
+
+def dynamic_wins(dynamic: PolicyTotals, heuristic: PolicyTotals) -> bool:
+    return dynamic.modeled_s < heuristic.modeled_s
+
+
+def verdict(holds: bool) -> str:
+    return "**reproduced**" if holds else "**not reproduced on this pair**"
+
+
+# ---- one suite's figures -----------------------------------------------------------------
+
+
+@dataclass
+class SuiteFigures:
+    preset: str
+    suite: str
+    results: list[PromptResult]
+    costs: PassCosts
+    totals: dict[str, PolicyTotals]  # by policy name
+    new_tokens: int
+    target_only_wall_s: float
+    target_only_modeled_s: float
+    jumps: JumpStats
+    judged: list[tuple[float, bool]]  # from static k=5's rounds
+
+    def measured_speedup(self, policy: str) -> float | None:
+        t = self.totals.get(policy)
+        return _ratio(self.target_only_wall_s, t.wall_s) if t else None
+
+    def modeled_speedup(self, policy: str) -> float | None:
+        t = self.totals.get(policy)
+        return _ratio(self.target_only_modeled_s, t.modeled_s) if t else None
+
+
+def suite_figures(preset: str, suite: str, results: Sequence[PromptResult]) -> SuiteFigures:
+    results = sorted(results, key=lambda r: r.index)
+    costs = pass_costs(results)
+    totals = {p: t for p in ("static", "heuristic", "dynamic", "oracle")
+              if (t := policy_totals(results, p, costs)) is not None}
+    new_tokens = sum(r.new_tokens for r in results)
+    oracle_rounds = [[rd.lookahead for rd in m.rounds] for r in results if (m := r.mode("oracle")) is not None]
+    static_rounds = [rd for r in results if (m := r.mode("static")) is not None for rd in m.rounds]
+    return SuiteFigures(preset, suite, list(results), costs, totals, new_tokens,
+                        sum(r.target_only_wall_s for r in results), target_only_modeled_time(new_tokens, costs),
+                        jump_stats(oracle_rounds), judged_tokens(static_rounds))
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:.1f} ms"
+
+
+def _change(ours: int, base: int) -> str:
+    return f"{(ours - base) / base:+.0%}" if base else "n/a"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def duration(seconds: float) -> str:
+    """"1 h 04 min" or "3 min 07 s"."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def headline_section(figures: SuiteFigures | None) -> tuple[list[str], bool | None]:
+    lines = ["### 1. A fixed lookahead wastes work (the MBPP headline)", ""]
+    if figures is None or "static" not in figures.totals or "oracle" not in figures.totals:
+        return lines + ["Not checked: the coding suite was not run for this preset.", ""], None
+    first = figures.results[0]
+    f_static, f_oracle = first.mode("static"), first.mode("oracle")
+    static, oracle = figures.totals["static"], figures.totals["oracle"]
+    (s_t, s_d), (o_t, o_d) = STUDY_HEADLINE["static"], STUDY_HEADLINE["oracle"]
+    holds = headline_holds(static, oracle)
+    lines += [
+        (f"Target and draft forward passes, in the study's format. Ours: the coding suite's first prompt "
+        f"({first.prompt_id}, {first.new_tokens} new tokens) and the sum over its {_n(len(figures.results), 'prompt')} "
+        f"({figures.new_tokens} new tokens)."), "",
+        ("| policy | study (MBPP prompt): target | draft | ours, first prompt: target | draft "
+        "| ours, suite sum: target | draft |"),
+        "|---|---|---|---|---|---|---|",
+        (f"| static k=5 | {s_t} | {s_d} | {f_static.target_passes} | {f_static.draft_passes} "
+        f"| {static.target_passes} | {static.draft_passes} |"),
+        (f"| oracle | {o_t} | {o_d} | {f_oracle.target_passes} | {f_oracle.draft_passes} "
+        f"| {oracle.target_passes} | {oracle.draft_passes} |"),
+        (f"| oracle vs static | {_change(o_t, s_t)} | {_change(o_d, s_d)} "
+        f"| {_change(f_oracle.target_passes, f_static.target_passes)} "
+        f"| {_change(f_oracle.draft_passes, f_static.draft_passes)} "
+        f"| {_change(oracle.target_passes, static.target_passes)} "
+        f"| {_change(oracle.draft_passes, static.draft_passes)} |"),
+        "",
+        (f"Summed over the suite the oracle needs {oracle.target_passes} target passes against static's "
+         f"{static.target_passes} ({'fewer' if oracle.target_passes < static.target_passes else 'not fewer'}) and "
+         f"{oracle.draft_passes} draft passes against {static.draft_passes} "
+         f"({'fewer' if oracle.draft_passes < static.draft_passes else 'not fewer'}): {verdict(holds)}. "
+         f"On the first prompt alone: "
+         f"{'fewer of both' if headline_holds(_as_totals(f_static), _as_totals(f_oracle)) else 'not fewer of both'}."),
+        "",
+    ]
+    return lines, holds
+
+
+def _as_totals(mode: ModeResult) -> PolicyTotals:
+    return PolicyTotals(mode.label, mode.policy, 1, mode.target_passes, mode.draft_passes, mode.accepted,
+                        mode.wall_s, 0.0, int(mode.lossless is True))
+
+
+def jumps_section(suites: Sequence[SuiteFigures]) -> tuple[list[str], bool | None]:
+    lines = ["### 2. The oracle's lookahead jumps around", "",
+             ("The oracle's lookahead in every round of every prompt: how often each value occurs (rounds), its "
+             "percentiles, the share of rounds at its most common value, and how much it changes from one round to "
+             "the next within a prompt."), "",
+             "| suite | rounds | " + " | ".join(f"k={label}" for label, _, _ in HISTOGRAM_BINS)
+             + " | p10 / p25 / p50 / p75 / p90 | most common k (share) | mean abs change | changes of 2+ | jumps? |",
+             "|---|---" + "|---" * len(HISTOGRAM_BINS) + "|---|---|---|---|---|"]
+    flags = []
+    for s in suites:
+        j = s.jumps
+        if not j.rounds:
+            continue
+        flags.append(j.jumps_around)
+        pcts = " / ".join(f"{j.percentiles[q]:g}" for q in (10, 25, 50, 75, 90))
+        lines.append(f"| {s.suite} | {j.rounds} | " + " | ".join(str(j.histogram[label]) for label, _, _ in
+                                                                 HISTOGRAM_BINS)
+                     + f" | {pcts} | {j.modal_value} ({_pct(j.modal_share)}) | {_f(j.mean_abs_change)} "
+                     f"| {_pct(j.share_change_2_plus)} | {'yes' if j.jumps_around else 'no'} |")
+    if not flags:
+        return lines + ["", "Not checked: no oracle rounds.", ""], None
+    holds = majority(flags)
+    lines += ["", f"Jumps around in {sum(flags)} of {len(flags)} suites: {verdict(holds)}.", ""]
+    return lines, holds
+
+
+def dynamic_section(suites: Sequence[SuiteFigures]) -> tuple[list[str], bool | None]:
+    lines = ["### 3. The dynamic rule against the heuristic", "",
+             ("Per suite, summed over its prompts. Measured speedup = target-only wall time / the policy's wall time "
+             "(totals); modeled speedup from this suite's own per-pass costs (section 4 and the rules above). "
+             "Lossless = prompts whose output equals target-only decoding."), ""]
+    flags = []
+    for s in suites:
+        dyn, heu = s.totals.get("dynamic"), s.totals.get("heuristic")
+        lines += [(f"**{s.suite}** ({_n(len(s.results), 'prompt')}, {s.new_tokens} new tokens; target-only "
+                  f"{s.target_only_wall_s:.1f} s measured, {s.target_only_modeled_s:.1f} s modeled)"), "",
+                  ("| policy | target passes | draft passes | acceptance | measured speedup | modeled speedup "
+                  "| lossless |"), "|---|---|---|---|---|---|---|"]
+        for t in s.totals.values():
+            lines.append(f"| {t.label} | {t.target_passes} | {t.draft_passes} | {_f(t.acceptance)} "
+                         f"| {_x(s.measured_speedup(t.policy))} | {_x(s.modeled_speedup(t.policy))} "
+                         f"| {t.lossless}/{t.prompts} |")
+        if dyn is None or heu is None:
+            lines += ["", "Not checked: dynamic or heuristic missing.", ""]
+            continue
+        wins = dynamic_wins(dyn, heu)
+        flags.append(wins)
+        by_model = prompt_wins(s.results, "dynamic", "heuristic", s.costs)
+        by_wall = prompt_wins(s.results, "dynamic", "heuristic", s.costs, measured=True)
+        lines += ["", (f"Dynamic {'beats' if wins else 'does not beat'} the heuristic here (modeled "
+                       f"{s.modeled_speedup('dynamic'):.2f}x vs {s.modeled_speedup('heuristic'):.2f}x; measured "
+                       f"{_x(s.measured_speedup('dynamic'))} vs {_x(s.measured_speedup('heuristic'))}). Prompts won, "
+                       f"by modeled time: dynamic {by_model.first}, heuristic {by_model.second}, ties "
+                       f"{by_model.ties}; by measured time: dynamic {by_wall.first}, heuristic {by_wall.second}, "
+                       f"ties {by_wall.ties}."), ""]
+    if not flags:
+        return lines, None
+    holds = majority(flags)
+    lines += [f"Dynamic wins in {sum(flags)} of {len(flags)} suites (modeled time): {verdict(holds)}.", ""]
+    return lines, holds
+
+
+def _calibration_words(value: float | None) -> str:
+    if value is None:
+        return "cannot be measured (no accepted or no rejected tokens)"
+    if value >= AUC_WELL:
+        return "separates accepted from rejected tokens well"
+    if value >= AUC_WEAKLY:
+        return "separates accepted from rejected tokens weakly"
+    return "barely separates accepted from rejected tokens"
+
+
+def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
+    lines = ["### 4. Why, for this pair", "",
+             ("Calibration from static k=5's judged draft tokens; costs per forward pass measured in the same suite "
+             "(draft and verification passes over all four policies, one-token target passes from target-only "
+             "decoding)."), "",
+             (f"| suite | judged tokens | accepted | AUC | accepted with p >= {THRESHOLD:g} | accepted with p < "
+             f"{THRESHOLD:g} | draft pass | target pass (1 token) | verification pass | draft / target "
+             f"| verification / target |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+    everything: list[tuple[float, bool]] = []
+    for s in suites:
+        everything += s.judged
+        split = threshold_split(s.judged)
+        c = s.costs
+        lines.append(f"| {s.suite} | {len(s.judged)} | {_pct(_ratio(sum(ok for _, ok in s.judged), len(s.judged)))} "
+                     f"| {_f(auc(s.judged))} | {_pct(split.above_share)} of {split.above} "
+                     f"| {_pct(split.below_share)} of {split.below} | {_ms(c.draft_s)} | {_ms(c.target_single_s)} "
+                     f"| {_ms(c.verify_s)} | {_f(c.draft_fraction)} | {_f(c.verify_fraction)} |")
+    pooled = auc(everything)
+    rejected = sum(not ok for _, ok in everything)
+    few = f"; with fewer than {FEW_REJECTED} rejections the AUC is a rough figure" if rejected < FEW_REJECTED else ""
+    split = threshold_split(everything)
+    fractions = [f"{s.costs.draft_fraction:.2f} ({s.suite})" for s in suites if s.costs.draft_fraction is not None]
+    lines += ["", (f"Over all suites the draft's probability {_calibration_words(pooled)} (AUC {_f(pooled)} on "
+                   f"{len(everything)} judged tokens, {rejected} of them rejected{few}): "
+                   f"{_pct(split.above_share)} of the tokens it gave {THRESHOLD:g} or more were accepted, "
+                   f"{_pct(split.below_share)} of those below, where dynamic stops drafting. A draft pass costs "
+                   f"{', '.join(fractions) or 'n/a'} of a one-token target pass: every rejected draft token "
+                   f"wastes that much, and every round the threshold ends early costs one more verification pass."), ""]
+    return lines
+
+
+def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[str, Any]],
+                    results_link: str, report_command: str | None = None) -> str:
+    """STUDY.md from the records alone. `invocations`: the runs that produced them (meta.json)."""
+    done = [r for r in records if not r.partial]
+    partial = len(records) - len(done)
+    presets = list(dict.fromkeys(r.preset for r in done))
+    suites_seen = list(dict.fromkeys(r.suite for r in done))
+    lines = ["# The study's claims, checked on SpecViz's pairs", "",
+             (f"Each claim of the Hugging Face / Intel Labs study of dynamic speculation lookahead (DESIGN.md), "
+              f"checked on the prompts below. Every figure is computed from [`{results_link}`]({results_link}) "
+              f"(one record per prompt; the same figures per prompt and mode in `results.csv` beside it) by "
+              f"`specviz/study.py`; the verdicts follow the rules stated below, from those numbers."), ""]
+    lines += ["## How these figures were made", ""]
+    for inv in invocations:
+        lines += [f"- `{inv.get('command', '?')}`",
+                  (f"  - {inv.get('started', '?')} to {inv.get('finished') or 'interrupted'}; "
+                   f"{duration(float(inv.get('wall_s') or 0.0))} wall time, {inv.get('prompts_run', 0)} prompts "
+                   f"computed ({inv.get('prompts_skipped', 0)} already done)"),
+                  (f"  - machine: {inv.get('cpu', '?')}, {inv.get('cores', '?')} cores; torch threads "
+                   f"(`torch.get_num_threads()`) {inv.get('torch_threads', '?')}; "
+                   + ", ".join(f"{k} {v}" for k, v in (inv.get('versions') or {}).items()))]
+    if report_command:
+        lines.append(f"- report regenerated with `{report_command}`")
+    total = sum(r.seconds for r in done)
+    per_preset_count = ", ".join(f"{p}: {sum(r.preset == p for r in done)}" for p in presets)
+    budgets = ", ".join(sorted({str(r.max_new_tokens) for r in done}))
+    lines += ["", (f"Prompts: {len(done)} records ({per_preset_count}), at most {budgets} new tokens, greedy, "
+                   f"modes {STUDY_MODES}, one prompt at a time. Compute time of these prompts: {duration(total)} "
+                   f"(mean {total / len(done) if done else 0:.1f} s per prompt)."
+                   + (f" Left out: {partial} partial records (time budget ran out)." if partial else "")), ""]
+    if not done:
+        return "\n".join(lines + ["No finished prompts yet.", ""])
+
+    per_preset: dict[str, list[SuiteFigures]] = {}
+    verdicts: dict[str, dict[str, bool | None]] = {}
+    bodies: list[str] = []
+    for preset in presets:
+        figures = [suite_figures(preset, suite, [r for r in done if r.preset == preset and r.suite == suite])
+                   for suite in suites_seen if any(r.preset == preset and r.suite == suite for r in done)]
+        per_preset[preset] = figures
+        coding = next((f for f in figures if f.suite == HEADLINE_SUITE), None)
+        headline, h = headline_section(coding)
+        jumps, j = jumps_section(figures)
+        dynamic, d = dynamic_section(figures)
+        verdicts[preset] = {"headline": h, "jumps": j, "dynamic": d}
+        lossless = sum(m.lossless is True for f in figures for r in f.results for m in r.modes)
+        modes_run = sum(len(r.modes) for f in figures for r in f.results)
+        suites_run = ", ".join(f"{f.suite} ({_n(len(f.results), 'prompt')})" for f in figures)
+        bodies += [f"## {preset}", "",
+                   (f"Suites: {suites_run}. Lossless check: "
+                    f"{lossless} of {modes_run} policy runs produced exactly target-only decoding's tokens."), ""]
+        bodies += headline + jumps + dynamic + why_section(figures)
+
+    claims = [("headline", ("A fixed lookahead wastes work: the oracle needs fewer target and draft passes than "
+                           "static k=5 (coding)")),
+              ("jumps", "The oracle's lookahead jumps around from round to round"),
+              ("dynamic", "The dynamic rule (threshold 0.4) beats the heuristic schedule")]
+    lines += ["## Verdicts", "", "| claim | " + " | ".join(presets) + " |", "|---" * (len(presets) + 1) + "|"]
+    for key, text in claims:
+        cells = [("not checked" if verdicts[p][key] is None else verdict(bool(verdicts[p][key]))) for p in presets]
+        lines.append(f"| {text} | " + " | ".join(cells) + " |")
+    lines += ["", "## The rules", "", RULES, ""]
+    return "\n".join(lines + bodies) + "\n"
+
+
+CSV_COLUMNS = ["preset", "suite", "prompt_id", "max_new_tokens", "mode", "policy", "new_tokens", "target_passes",
+               "draft_passes", "accepted", "acceptance_rate", "wall_s", "draft_s", "verify_s", "measured_speedup",
+               "modeled_speedup", "lossless", "partial"]
+
+
+def write_csv(path: Path, records: Sequence[PromptResult]) -> None:
+    """One row per prompt and mode (target-only included); modeled speedups use the suite's costs."""
+    costs: dict[tuple[str, str, int], PassCosts] = {}
+    for key in {(r.preset, r.suite, r.max_new_tokens) for r in records}:
+        costs[key] = pass_costs([r for r in records if (r.preset, r.suite, r.max_new_tokens) == key
+                                 and not r.partial])
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_COLUMNS)
+        for r in sorted(records, key=lambda r: (r.preset, r.suite, r.index)):
+            c = costs[(r.preset, r.suite, r.max_new_tokens)]
+            base = target_only_modeled_time(r.new_tokens, c)
+            writer.writerow([r.preset, r.suite, r.prompt_id, r.max_new_tokens, "target-only", "target-only",
+                             r.new_tokens, r.new_tokens, 0, 0, "", f"{r.target_only_wall_s:.4f}", "", "", "1.0000",
+                             "1.0000", True, r.partial])
+            for m in r.modes:
+                modeled = modeled_time(m.target_passes, m.draft_passes, c)
+                writer.writerow([r.preset, r.suite, r.prompt_id, r.max_new_tokens, m.label, m.policy, m.new_tokens,
+                                 m.target_passes, m.draft_passes, m.accepted,
+                                 f"{m.accepted / m.draft_passes:.4f}" if m.draft_passes else "",
+                                 f"{m.wall_s:.4f}", f"{m.draft_s:.4f}", f"{m.verify_s:.4f}",
+                                 f"{r.target_only_wall_s / m.wall_s:.4f}" if m.wall_s else "",
+                                 f"{base / modeled:.4f}" if modeled else "", m.lossless, r.partial])

@@ -1,0 +1,277 @@
+"""`python -m specviz study`: the pure figures and the verdict rules on hand-made records (fast),
+and one real run on the bundled pair (slow) that checks the report, resuming and --report-only."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from specviz import study
+from specviz.cli import main
+from specviz.study import ResultStore
+from specviz.study_report import (
+    ModeResult,
+    PassCosts,
+    PromptResult,
+    RoundRecord,
+    auc,
+    judged_tokens,
+    jump_stats,
+    majority,
+    modeled_time,
+    pass_costs,
+    percentile,
+    prompt_wins,
+    report_markdown,
+    threshold_split,
+)
+
+# ---- pure functions ----------------------------------------------------------------------
+
+
+def test_judged_tokens_stop_at_the_first_rejection():
+    rounds = [RoundRecord(4, 2, [0.9, 0.8, 0.3, 0.7]),  # two accepted, the third rejected, the fourth unjudged
+              RoundRecord(2, 2, [0.6, 0.5]),  # all accepted
+              RoundRecord(0, 0, [])]
+    assert judged_tokens(rounds) == [(0.9, True), (0.8, True), (0.3, False), (0.6, True), (0.5, True)]
+
+
+def test_auc_ranks_with_ties():
+    assert auc([(0.9, True), (0.8, True), (0.2, False), (0.1, False)]) == 1.0
+    assert auc([(0.1, True), (0.9, False)]) == 0.0
+    assert auc([(0.5, True), (0.5, False)]) == 0.5
+    # 3 accepted x 2 rejected = 6 pairs; the accepted 0.4 beats 0.3, ties 0.4, loses to nothing else
+    assert auc([(0.9, True), (0.4, True), (0.2, True), (0.4, False), (0.3, False)]) == pytest.approx(
+        (2 + (1 + 0.5) + 0) / 6)
+    assert auc([(0.9, True)]) is None and auc([]) is None
+
+
+def test_threshold_split_counts_each_side():
+    split = threshold_split([(0.9, True), (0.4, False), (0.4, True), (0.39, False), (0.1, True)], 0.4)
+    assert (split.above, split.above_accepted, split.below, split.below_accepted) == (3, 2, 2, 1)
+    assert split.above_share == pytest.approx(2 / 3) and split.below_share == 0.5
+    assert threshold_split([]).above_share is None
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5], 90) == 5
+    assert percentile([0, 10], 10) == pytest.approx(1.0)
+
+
+def test_jump_stats_measures_distribution_and_change():
+    j = jump_stats([[1, 6, 2], [5, 5]])
+    assert j.rounds == 5 and j.prompts == 2
+    assert j.histogram["1"] == 1 and j.histogram["5"] == 2 and j.histogram["6-10"] == 1
+    assert (j.modal_value, j.modal_share) == (5, 0.4)
+    assert j.changes == 3  # within prompts only: 1->6, 6->2, 5->5
+    assert j.mean_abs_change == pytest.approx((5 + 4 + 0) / 3)
+    assert j.share_change_2_plus == pytest.approx(2 / 3)
+    assert j.jumps_around
+
+
+@pytest.mark.parametrize(("lookaheads", "jumps"), [
+    ([[3, 3, 3, 4]], False),  # 75% of rounds at k=3: a fixed k would match them
+    ([[2, 3, 2, 3, 2, 3]], False),  # 50% at the most common value is not "fewer than half"
+    ([[1, 1, 2, 2, 3, 3, 4, 4]], False),  # spread out, but moving less than a token per round
+    ([[7]], False),  # one round: no change to measure
+    ([[2, 3, 4, 3, 2, 3, 4]], True),  # 43% at k=3, one token per round exactly
+    ([[1, 2, 3, 1, 2, 3]], True),
+])
+def test_the_jump_rule(lookaheads, jumps):
+    assert jump_stats(lookaheads).jumps_around is jumps
+
+
+def test_modeled_time_and_costs_come_from_the_runs():
+    r = make_result("p", "s", "a", 0, static=[(5, 2)] * 4, t_draft=0.01, t_verify=0.1)
+    costs = pass_costs([r])
+    assert costs.draft_s == pytest.approx(0.01) and costs.verify_s == pytest.approx(0.1)
+    assert costs.target_single_s == pytest.approx(0.05)  # make_result: 0.05 s per target-only token
+    assert costs.draft_fraction == pytest.approx(0.2)
+    assert modeled_time(10, 30, costs) == pytest.approx(10 * 0.1 + 30 * 0.01)
+    assert PassCosts(None, None, None).draft_fraction is None
+
+
+def test_prompt_wins_counts_strict_wins_and_ties():
+    costs = PassCosts(0.05, 0.1, 0.01)
+    rows = [make_result("p", "s", "a", 0, dynamic=[(3, 2)] * 5, heuristic=[(5, 2)] * 5),  # dynamic: fewer drafts
+            make_result("p", "s", "b", 1, dynamic=[(5, 2)] * 5, heuristic=[(5, 2)] * 5),  # tie
+            make_result("p", "s", "c", 2, dynamic=[(5, 2)] * 6, heuristic=[(5, 2)] * 5)]
+    wins = prompt_wins(rows, "dynamic", "heuristic", costs)
+    assert (wins.first, wins.second, wins.ties) == (1, 1, 1)
+
+
+def test_majority_means_more_than_half():
+    assert majority([True, True, False]) and not majority([True, False]) and not majority([])
+
+
+# ---- the verdicts, from hand-made records ---------------------------------------------------
+
+
+def make_mode(policy: str, label: str, rounds: list[tuple[int, int]], t_draft: float, t_verify: float) -> ModeResult:
+    records = [RoundRecord(k, a, [0.9] * a + [0.2] * (k - a)) for k, a in rounds]
+    drafted = sum(k for k, _ in rounds)
+    return ModeResult(label, policy, 40, len(rounds), drafted, sum(a for _, a in rounds), drafted * t_draft
+                      + len(rounds) * t_verify, drafted * t_draft, len(rounds) * t_verify, True, records)
+
+
+def make_result(preset: str, suite: str, prompt_id: str, index: int, t_draft: float = 0.01, t_verify: float = 0.06,
+                **policies: list[tuple[int, int]]) -> PromptResult:
+    labels = {"static": "static k=5", "heuristic": "heuristic k0=5", "dynamic": "dynamic t=0.4", "oracle": "oracle"}
+    modes = [make_mode(p, labels[p], rounds, t_draft, t_verify) for p, rounds in policies.items()]
+    return PromptResult(preset, suite, prompt_id, index, 40, 12, 40, 40 * 0.05, 9.0, False, 1,
+                        "2026-01-01T00:00:00+00:00", modes)
+
+
+def claims_hold(preset: str, suite: str, index: int) -> PromptResult:
+    jumpy = [1, 6, 2, 7, 0, 5, 3, 6]  # 8 rounds, 30 tokens: fewer than static's 10 / 50
+    return make_result(preset, suite, f"{suite}-{index}", index, static=[(5, 2)] * 10, heuristic=[(5, 3)] * 12,
+                       dynamic=[(3, 2)] * 11, oracle=[(k, k) for k in jumpy])
+
+
+def claims_fail(preset: str, suite: str, index: int) -> PromptResult:
+    return make_result(preset, suite, f"{suite}-{index}", index, static=[(5, 2)] * 10, heuristic=[(5, 3)] * 12,
+                       dynamic=[(6, 2)] * 14, oracle=[(3, 3)] * 12)
+
+
+def verdict_row(report: str, start: str) -> list[str]:
+    line = next(line for line in report.splitlines() if line.startswith(f"| {start}"))
+    return [cell.strip() for cell in line.strip("|").split("|")][1:]
+
+
+def test_verdicts_follow_the_numbers_both_ways():
+    records = [make(preset, suite, i) for preset, make in (("good-pair", claims_hold), ("bad-pair", claims_fail))
+               for suite in ("coding", "questions") for i in range(2)]
+    report = report_markdown(records, [], "results.jsonl")
+    reproduced, failed = "**reproduced**", "**not reproduced on this pair**"
+    assert verdict_row(report, "A fixed lookahead wastes work") == [reproduced, failed]
+    assert verdict_row(report, "The oracle's lookahead jumps around") == [reproduced, failed]
+    assert verdict_row(report, "The dynamic rule") == [reproduced, failed]
+    # the figures behind them are in the report: the suite sums in the study's format ...
+    assert "| static k=5 | 38 | 192 | 10 | 50 | 20 | 100 |" in report
+    assert "| oracle | 27 | 129 | 8 | 30 | 16 | 60 |" in report
+    assert "| oracle | 27 | 129 | 12 | 36 | 24 | 72 |" in report
+    # ... the per-prompt wins, and the calibration (make_mode: accepted tokens 0.9, rejected 0.2)
+    assert "Prompts won, by modeled time: dynamic 2, heuristic 0, ties 0" in report
+    assert "Prompts won, by modeled time: dynamic 0, heuristic 2, ties 0" in report
+    assert "separates accepted from rejected tokens well (AUC 1.00" in report
+    for rule in ("fewer target passes **and** fewer draft passes", "50% of the oracle's rounds", "*modeled* time"):
+        assert rule in report
+
+
+def test_one_suite_of_three_is_not_a_majority():
+    records = [claims_hold("p", "coding", 0), claims_fail("p", "questions", 0), claims_fail("p", "summarization", 0)]
+    report = report_markdown(records, [], "results.jsonl")
+    assert verdict_row(report, "The dynamic rule") == ["**not reproduced on this pair**"]
+    assert "Dynamic wins in 1 of 3 suites" in report
+    assert verdict_row(report, "A fixed lookahead wastes work") == ["**reproduced**"]  # decided on coding only
+
+
+def test_without_the_coding_suite_the_headline_is_not_checked():
+    report = report_markdown([claims_hold("p", "questions", 0)], [], "results.jsonl")
+    assert verdict_row(report, "A fixed lookahead wastes work") == ["not checked"]
+
+
+def test_partial_records_are_left_out():
+    partial = claims_fail("p", "coding", 1)
+    partial.partial = True
+    report = report_markdown([claims_hold("p", "coding", 0), partial], [], "results.jsonl")
+    assert "Left out: 1 partial records" in report
+    assert "| static k=5 | 38 | 192 | 10 | 50 | 10 | 50 |" in report
+
+
+def test_store_resumes_skips_a_torn_line_and_forgets_on_force(tmp_path):
+    path = tmp_path / "results.jsonl"
+    store = ResultStore(path)
+    first, second = claims_hold("p", "coding", 0), claims_hold("p", "coding", 1)
+    store.append(first)
+    store.append(second)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"preset": "p", "suite": "cod')  # killed mid-write
+    again = ResultStore(path)
+    assert again.skipped_lines == 1 and again.done(first.key) and again.done(second.key)
+    assert again.records[first.key] == first  # the record survives the round trip whole
+    assert again.drop([first.key]) == 1
+    assert not ResultStore(path).done(first.key) and ResultStore(path).done(second.key)
+
+
+def test_bad_options_are_one_line_errors(capsys, tmp_path):
+    assert main(["study", "--limit", "0", "--out", str(tmp_path)]) == 2
+    assert main(["study", "--report-only", "--out", str(tmp_path / "nothing")]) == 2
+    assert main(["study", "--preset", "no-such-pair", "--limit", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--limit must be at least 1" in err and "No results in" in err and "Unknown preset" in err
+
+
+# ---- one real run on the bundled pair ------------------------------------------------------
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_study_runs_resumes_and_reports(tmp_path, restore_threads, capsys):
+    out = tmp_path / "out"
+    command = ["study", "--preset", "smollm2-135m-int8", "--suites", study.DEFAULT_SUITES[0],
+               "--max-new-tokens", "24", "--threads", "1", "--out", str(out)]
+    # A run that stopped after its first prompt, as an interrupted one does ...
+    assert main([*command, "--limit", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "0 of 1 prompts already done" in err and "[1/1] smollm2-135m-int8 coding code-01" in err
+    first = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(first) == 1
+
+    # ... resumes with the prompt it had not done, and only that one
+    assert main([*command, "--limit", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "1 of 2 prompts already done" in err
+    assert "[1/1] smollm2-135m-int8 coding code-02" in err and "code-01:" not in err and "left" in err
+    lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == first[0] and len(lines) == 2
+
+    records = [PromptResult.from_dict(json.loads(line)) for line in lines]
+    assert [r.prompt_id for r in records] == ["code-01", "code-02"]
+    for r in records:
+        assert r.max_new_tokens == 24 and not r.partial and r.torch_threads == 1
+        assert {m.policy for m in r.modes} == {"static", "heuristic", "dynamic", "oracle"}
+        assert all(m.lossless for m in r.modes)
+        oracle = r.mode("oracle")
+        assert all(rd.accepted == rd.lookahead for rd in oracle.rounds)
+    rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
+    assert len(rows) == 2 * 5 and {r["mode"] for r in rows} >= {"target-only", "oracle"}
+
+    report = (out / "STUDY.md").read_text(encoding="utf-8")
+    header = report.split("## Verdicts")[0]
+    assert "python -m specviz study --preset smollm2-135m-int8" in header and "--limit 2" in header
+    assert "torch threads (`torch.get_num_threads()`) 1" in header and "cores" in header and "torch 2." in header
+    for claim in ("A fixed lookahead wastes work", "The oracle's lookahead jumps around", "The dynamic rule"):
+        (cell,) = verdict_row(report, claim)
+        assert cell in ("**reproduced**", "**not reproduced on this pair**")
+    # the verdict is the rule applied to the recorded numbers
+    static = sum(r.mode("static").target_passes for r in records), sum(r.mode("static").draft_passes for r in records)
+    oracle = sum(r.mode("oracle").target_passes for r in records), sum(r.mode("oracle").draft_passes for r in records)
+    expected = "**reproduced**" if oracle[0] < static[0] and oracle[1] < static[1] else \
+        "**not reproduced on this pair**"
+    assert verdict_row(report, "A fixed lookahead wastes work") == [expected]
+    assert f"| static k=5 | 38 | 192 | {records[0].mode('static').target_passes} " in report
+
+    # once everything is done, a run recomputes nothing and loads no model
+    assert main([*command, "--limit", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "2 of 2 prompts already done" in err and "[1/" not in err and "Loading" not in err
+    assert (out / "results.jsonl").read_text(encoding="utf-8").splitlines() == lines
+
+    # the report is regenerated from the files alone
+    (out / "STUDY.md").unlink()
+    assert main(["study", "--report-only", "--out", str(out), "--report", str(tmp_path / "docs" / "STUDY.md")]) == 0
+    again = (tmp_path / "docs" / "STUDY.md").read_text(encoding="utf-8")
+    assert again.split("## Verdicts")[1] == report.split("## Verdicts")[1]
+    assert "](../out/results.jsonl)" in again and "report regenerated with `python -m specviz study --report-only" \
+        in again
