@@ -32,8 +32,13 @@ class Judged:
 
 def judged_in_round(r: Round) -> list[Judged]:
     """The round's judged tokens: the accepted ones and the first rejected one."""
-    judged = min(r.lookahead, r.accepted + 1)
-    return [Judged(float(r.draft_probs[i]), i < r.accepted) for i in range(min(judged, len(r.draft_probs)))]
+    return judged_among(r.draft_probs, r.accepted, r.lookahead)
+
+
+def judged_among(probs: Sequence[float], accepted: int, lookahead: int) -> list[Judged]:
+    """The judged tokens of a round given as its draft probabilities, accepted count and lookahead."""
+    judged = min(lookahead, accepted + 1)
+    return [Judged(float(probs[i]), i < accepted) for i in range(min(judged, len(probs)))]
 
 
 def judged_tokens(comparison: Comparison, skip: Iterable[str] = CALIBRATION_SKIPS) -> list[Judged]:

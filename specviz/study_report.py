@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .analysis import Judged, auc, judged_among, split_at
+
 STUDY_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 THRESHOLD = 0.4  # dynamic's confidence threshold, where the calibration is split
 HEADLINE_SUITE = "coding"  # the study's headline is an MBPP prompt: our MBPP-style suite
@@ -120,65 +122,9 @@ class PromptResult:
 # ---- pure figures ------------------------------------------------------------------------
 
 
-def judged_tokens(rounds: Iterable[RoundRecord]) -> list[tuple[float, bool]]:
-    """(draft probability, accepted?) for every draft token the target judged: those before the
-    first rejection (accepted) and the first rejected one; later tokens were never judged."""
-    judged = []
-    for r in rounds:
-        judged += [(p, True) for p in r.probs[: r.accepted]]
-        if r.accepted < r.lookahead:
-            judged.append((r.probs[r.accepted], False))
-    return judged
-
-
-def auc(judged: Sequence[tuple[float, bool]]) -> float | None:
-    """Area under the ROC curve of the probability as a predictor of acceptance (Mann-Whitney:
-    ranks with ties averaged). None when there are no accepted or no rejected tokens."""
-    positives = sum(1 for _, ok in judged if ok)
-    negatives = len(judged) - positives
-    if not positives or not negatives:
-        return None
-    ordered = sorted(judged, key=lambda item: item[0])
-    rank_sum = 0.0
-    start = 0
-    while start < len(ordered):
-        end = start
-        while end + 1 < len(ordered) and ordered[end + 1][0] == ordered[start][0]:
-            end += 1
-        mean_rank = (start + end) / 2 + 1  # ranks start at 1
-        rank_sum += mean_rank * sum(1 for _, ok in ordered[start:end + 1] if ok)
-        start = end + 1
-    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
-
-
-@dataclass
-class ThresholdSplit:
-    """Judged tokens on either side of the threshold, and how many of each were accepted."""
-
-    above: int  # probability >= threshold (dynamic would keep drafting after it)
-    above_accepted: int
-    below: int
-    below_accepted: int
-
-    @property
-    def above_share(self) -> float | None:
-        return self.above_accepted / self.above if self.above else None
-
-    @property
-    def below_share(self) -> float | None:
-        return self.below_accepted / self.below if self.below else None
-
-
-def threshold_split(judged: Iterable[tuple[float, bool]], threshold: float = THRESHOLD) -> ThresholdSplit:
-    split = ThresholdSplit(0, 0, 0, 0)
-    for prob, ok in judged:
-        if prob >= threshold:
-            split.above += 1
-            split.above_accepted += ok
-        else:
-            split.below += 1
-            split.below_accepted += ok
-    return split
+def judged_tokens(rounds: Iterable[RoundRecord]) -> list[Judged]:
+    """Every draft token the target judged in these rounds (the rule of `analysis.judged_among`)."""
+    return [j for r in rounds for j in judged_among(r.probs, r.accepted, r.lookahead)]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -368,7 +314,7 @@ class SuiteFigures:
     target_only_wall_s: float
     target_only_modeled_s: float
     jumps: JumpStats
-    judged: list[tuple[float, bool]]  # from static k=5's rounds
+    judged: list[Judged]  # from static k=5's rounds
 
     def measured_speedup(self, policy: str) -> float | None:
         t = self.totals.get(policy)
@@ -548,19 +494,19 @@ def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
              (f"| suite | judged tokens | accepted | AUC | accepted with p >= {THRESHOLD:g} | accepted with p < "
              f"{THRESHOLD:g} | draft pass | target pass (1 token) | verification pass | draft / target "
              f"| verification / target |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
-    everything: list[tuple[float, bool]] = []
+    everything: list[Judged] = []
     for s in suites:
         everything += s.judged
-        split = threshold_split(s.judged)
+        split = split_at(s.judged, THRESHOLD)
         c = s.costs
-        lines.append(f"| {s.suite} | {len(s.judged)} | {_pct(_ratio(sum(ok for _, ok in s.judged), len(s.judged)))} "
+        lines.append(f"| {s.suite} | {len(s.judged)} | {_pct(_ratio(sum(j.accepted for j in s.judged), len(s.judged)))} "
                      f"| {_f(auc(s.judged))} | {_pct(split.above_share)} of {split.above} "
                      f"| {_pct(split.below_share)} of {split.below} | {_ms(c.draft_s)} | {_ms(c.target_single_s)} "
                      f"| {_ms(c.verify_s)} | {_f(c.draft_fraction)} | {_f(c.verify_fraction)} |")
     pooled = auc(everything)
-    rejected = sum(not ok for _, ok in everything)
+    rejected = sum(not j.accepted for j in everything)
     few = f"; with fewer than {FEW_REJECTED} rejections the AUC is a rough figure" if rejected < FEW_REJECTED else ""
-    split = threshold_split(everything)
+    split = split_at(everything, THRESHOLD)
     fractions = [f"{s.costs.draft_fraction:.2f} ({s.suite})" for s in suites if s.costs.draft_fraction is not None]
     lines += ["", (f"Over all suites the draft's probability {_calibration_words(pooled)} (AUC {_f(pooled)} on "
                    f"{len(everything)} judged tokens, {rejected} of them rejected{few}): "

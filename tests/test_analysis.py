@@ -209,3 +209,14 @@ def test_sweep_models_times_with_the_draft_cost_set():
     (star,) = [d for d in fig.data if d.meta and d.meta.get("series") == "run_speedup"]
     assert "modeled" in star.hovertext[0]
     assert star.y[0] == pytest.approx(1.2 / (2 * 0.1 + 4 * 0.01))
+
+
+def test_split_at_counts_the_threshold_itself_above():
+    samples = [Judged(0.9, True), Judged(0.4, False), Judged(0.4, True), Judged(0.39, False), Judged(0.1, True)]
+    split = split_at(samples, 0.4)
+    assert (split.above, split.above_accepted, split.below, split.below_accepted) == (3, 2, 2, 1)
+    assert split.above_share == pytest.approx(2 / 3) and split.below_share == 0.5
+    assert split_at([], 0.4).above_share is None
+    # ties in the AUC count half; three accepted against two rejected make six pairs
+    assert auc(samples[:1] + [Judged(0.4, True), Judged(0.2, True), Judged(0.4, False), Judged(0.3, False)]) == \
+        pytest.approx((2 + 1.5 + 0) / 6)

@@ -17,7 +17,6 @@ from specviz.study_report import (
     PassCosts,
     PromptResult,
     RoundRecord,
-    auc,
     judged_tokens,
     jump_stats,
     majority,
@@ -26,7 +25,6 @@ from specviz.study_report import (
     percentile,
     prompt_wins,
     report_markdown,
-    threshold_split,
 )
 
 # ---- pure functions ----------------------------------------------------------------------
@@ -36,24 +34,8 @@ def test_judged_tokens_stop_at_the_first_rejection():
     rounds = [RoundRecord(4, 2, [0.9, 0.8, 0.3, 0.7]),  # two accepted, the third rejected, the fourth unjudged
               RoundRecord(2, 2, [0.6, 0.5]),  # all accepted
               RoundRecord(0, 0, [])]
-    assert judged_tokens(rounds) == [(0.9, True), (0.8, True), (0.3, False), (0.6, True), (0.5, True)]
-
-
-def test_auc_ranks_with_ties():
-    assert auc([(0.9, True), (0.8, True), (0.2, False), (0.1, False)]) == 1.0
-    assert auc([(0.1, True), (0.9, False)]) == 0.0
-    assert auc([(0.5, True), (0.5, False)]) == 0.5
-    # 3 accepted x 2 rejected = 6 pairs; the accepted 0.4 beats 0.3, ties 0.4, loses to nothing else
-    assert auc([(0.9, True), (0.4, True), (0.2, True), (0.4, False), (0.3, False)]) == pytest.approx(
-        (2 + (1 + 0.5) + 0) / 6)
-    assert auc([(0.9, True)]) is None and auc([]) is None
-
-
-def test_threshold_split_counts_each_side():
-    split = threshold_split([(0.9, True), (0.4, False), (0.4, True), (0.39, False), (0.1, True)], 0.4)
-    assert (split.above, split.above_accepted, split.below, split.below_accepted) == (3, 2, 2, 1)
-    assert split.above_share == pytest.approx(2 / 3) and split.below_share == 0.5
-    assert threshold_split([]).above_share is None
+    assert [(j.prob, j.accepted) for j in judged_tokens(rounds)] == [(0.9, True), (0.8, True), (0.3, False),
+                                                                      (0.6, True), (0.5, True)]
 
 
 def test_percentile_interpolates_like_numpy():
