@@ -25,7 +25,7 @@ from specviz.errors import SpecVizError
 from specviz.explain_plots import explain_figures
 from specviz.export import SWEEP_HEADERS, sweep_rows, write_all
 from specviz.models import DEFAULT_PRESET, PRESETS, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
-from specviz.pipeline import Limits, make_request, run_comparison
+from specviz.pipeline import Limits, compare, make_request, run_comparison
 from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from specviz.presentation import PRESENT_CSS, TOGGLE_JS, presentation_requested
 from specviz.render import LEGEND_HTML, SUMMARY_HEADERS, TOKEN_CSS, render_trace, summary_rows
@@ -192,7 +192,7 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
 
         steps = run_comparison(pair, request, limits)
         run_started, model_s = time.monotonic(), 0.0  # for the log: model work vs everything else
-        sent_columns = sent_charts = 0.0
+        sent_columns, sent_charts = 0.0, time.monotonic()  # the first chart update comes with data
         finished = 0
         on_page: dict[int, str] = {}
 
@@ -582,9 +582,16 @@ demo = build_demo()
 
 def _preload() -> None:
     try:
-        get_pair(DEFAULT_PRESET)
+        pair = get_pair(DEFAULT_PRESET)
     except ModelLoadError as error:  # the page shows it (model_status); the next Run tries again
         logger.error("Preloading the default model pair failed: %s", error)
+        return
+    # A few tokens through both models and the charts drawn once now, so that the first Run does not
+    # pay the one-time set-up of torch's kernels and of plotly's figure classes (together about
+    # 2 s on 2 cores) before its first coloured token.
+    with MODEL_LOCK:
+        warm = compare(pair, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
+    lookahead_figure(warm), progress_figure(warm)
 
 
 def main(argv: list[str] | None = None) -> None:
