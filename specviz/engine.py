@@ -168,8 +168,10 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
 
     Yields the same `Trace` before the first round and again after every round, so a caller can
     show each round as soon as it is decided, or stop between rounds by no longer asking for the
-    next one (the trace then keeps `stop_reason="stopped"`).
+    next one (the trace then keeps `stop_reason="stopped"`). `wall_s` counts this function's own
+    time only, not the caller's between rounds.
     """
+    started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)
     drafter = CachedModel(pair.draft, pair.vocab_size, pair.device)
     verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
@@ -177,9 +179,10 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
     trace = Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=[], rounds=[], wall_s=0.0,
                   stop_reason="stopped", temperature=temperature, seed=seed if temperature > 0 else None)
     answer = trace.token_ids
-    started = time.perf_counter()
+    trace.wall_s = time.perf_counter() - started
     yield trace
     while len(answer) < max_new_tokens:
+        started = time.perf_counter()
         room = max_new_tokens - len(answer)
         # One slot is kept for the target's own token, as transformers does.
         budget = max(0, min(policy.start_round(len(answer)), room - 1))
@@ -212,7 +215,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
         done = hit_eos or len(answer) >= max_new_tokens
         if done:
             trace.stop_reason = "eos" if hit_eos else "max_new_tokens"
-        trace.wall_s = time.perf_counter() - started
+        trace.wall_s += time.perf_counter() - started
         yield trace
         if done:
             return
@@ -229,15 +232,17 @@ def decode_target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: i
                        seed: int | None = None) -> Iterator[Baseline]:
     """Plain autoregressive decoding with the target alone, one forward pass per token; yields the
     same `Baseline` before the first token and after every token (stop by no longer asking, as
-    with `speculate`)."""
+    with `speculate`; `wall_s` likewise counts only this function's own time)."""
+    started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)
     verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
     feed = list(prompt_ids)
     baseline = Baseline(token_ids=[], wall_s=0.0, stop_reason="stopped", temperature=temperature,
                         seed=seed if temperature > 0 else None)
-    started = time.perf_counter()
+    baseline.wall_s = time.perf_counter() - started
     yield baseline
     while len(baseline.token_ids) < max_new_tokens:
+        started = time.perf_counter()
         with torch.inference_mode():
             token = sampler.pick(sampler.distribution(verifier.forward(feed)[-1]))
         baseline.token_ids.append(token)
@@ -245,7 +250,7 @@ def decode_target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: i
         hit_eos = token in pair.eos_token_ids
         if hit_eos or len(baseline.token_ids) >= max_new_tokens:
             baseline.stop_reason = "eos" if hit_eos else "max_new_tokens"
-        baseline.wall_s = time.perf_counter() - started
+        baseline.wall_s += time.perf_counter() - started
         yield baseline
         if baseline.stop_reason != "stopped":
             return

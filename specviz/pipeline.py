@@ -132,13 +132,18 @@ def check_lossless(trace: Trace, baseline: Baseline) -> None:
         trace.lossless = trace.first_difference is None
 
 
-def _relay(steps: Generator[Any, None, T], report: Callable[[Any], Update]) -> Generator[Update, None, T]:
-    """Report every step of a step-by-step computation as an Update; return its result."""
+def _relay(steps: Generator[Any, None, T],
+           report: Callable[[Any], Update]) -> Generator[Update, None, tuple[T, float]]:
+    """Report every step of a step-by-step computation as an Update; return its result and the
+    seconds it spent itself (not the caller's time between steps)."""
+    busy = 0.0
     while True:
+        started = time.perf_counter()
         try:
             step = next(steps)
         except StopIteration as done:
-            return done.value
+            return done.value, busy + time.perf_counter() - started
+        busy += time.perf_counter() - started
         yield report(step)
 
 
@@ -199,11 +204,9 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         message = "Finding the oracle's ideal lookahead along the target's answer"
         say(message)
         yield Update(comparison, None, message)
-        started = time.perf_counter()
         search = oracle_search(pair, prompt_ids, reference, request.max_new_tokens)
-        oracle, ideal, along = yield from _relay(
+        (oracle, ideal, along), comparison.oracle_s = yield from _relay(
             search, lambda position: Update(comparison, None, f"{message}: {position} of {len(reference)} tokens"))
-        comparison.oracle_s = time.perf_counter() - started
         comparison.oracle_ideal, comparison.draft_along_reference = ideal, along
         comparison.oracle_reference = source
         for t in comparison.traces:

@@ -63,3 +63,23 @@ def bundled_bf16_pair():
     from specviz.models import get_pair
 
     return get_pair("smollm2-135m-bf16")
+
+
+@pytest.fixture
+def restore_threads():
+    """Put torch's thread count back after a test that sets it (bench, study)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, headless, driven by Playwright; one per browser test module."""
+    from app_server import CHROMIUM, CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, CHROMIUM_ARGS, ROOT, start_app, stop_app
+from app_server import CHROMIUM, ROOT, start_app, stop_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -37,14 +37,6 @@ def app_url(tmp_path_factory):
         yield url, log_path
     finally:
         stop_app(proc)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def expected_comparison():

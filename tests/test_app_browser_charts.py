@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
+from app_server import CHROMIUM, start_app, stop_app
 
 from specviz.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
 
@@ -63,14 +63,6 @@ def app_url(tmp_path_factory):
         yield url, log_path
     finally:
         stop_app(proc)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from test_app_browser import CHROMIUM, RUN_TIMEOUT_MS, app_url, browser  # noqa: F401 - fixtures
+from test_app_browser import CHROMIUM, RUN_TIMEOUT_MS, app_url  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
+from app_server import CHROMIUM, start_app, stop_app
 
 pytestmark = [pytest.mark.browser]
 
@@ -21,14 +21,6 @@ POLICIES = ["static", "heuristic", "dynamic", "oracle"]
 sync_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def test_an_example_opens_a_complete_comparison_without_any_model(tmp_path, browser):

@@ -7,7 +7,6 @@ import csv
 import json
 
 import pytest
-import torch
 
 from specviz.bench import ModeRow, PromptItem, read_suite, summarize_mode
 from specviz.cli import main
@@ -43,13 +42,6 @@ def test_mode_summary_pools_rates_and_takes_median_speedup():
     assert s.acceptance_rate == pytest.approx(10 / 100)  # pooled, not the mean of per-prompt rates
     assert s.mean_accepted_length == pytest.approx(1 + 10 / 20)
     assert s.lossless == "2/3"
-
-
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ import csv
 import json
 
 import pytest
-import torch
 
 from specviz import study
 from specviz.cli import main
@@ -189,13 +188,6 @@ def test_bad_options_are_one_line_errors(capsys, tmp_path):
 
 
 # ---- one real run on the bundled pair ------------------------------------------------------
-
-
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow
