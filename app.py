@@ -390,10 +390,17 @@ def show_example(example):
     return (example.prompt, *_shown(comparison, message))
 
 
+def _preloading() -> bool:
+    return os.environ.get("SPECVIZ_PRELOAD", "1") != "0"
+
+
 def model_status(preset):
-    """The model-pair line, polled once a second until the pair is loaded (or has failed)."""
+    """The model-pair line, polled once a second until the pair is loaded (or has failed).
+
+    A page opened while the preload thread is only starting sees "not loaded": keep polling then."""
     state = load_state(preset)
-    return load_status_html(state, preset), gr.Timer(active=state.phase == "loading")
+    waiting = state.phase == "loading" or (state.phase == "not loaded" and _preloading() and preset == DEFAULT_PRESET)
+    return load_status_html(state, preset), gr.Timer(active=waiting)
 
 
 def presentation_from_url(request: gr.Request) -> bool:
@@ -597,7 +604,7 @@ def _preload() -> None:
 def main(argv: list[str] | None = None) -> None:
     options = server_options(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
+    if _preloading():
         threading.Thread(target=_preload, name="specviz-preload", daemon=True).start()
     demo.launch(server_name=options.host, server_port=options.port, share=options.share,
                 theme=THEME, css=TOKEN_CSS + APP_CSS + PRESENT_CSS, js=REPLAY_JS, max_file_size=MAX_IMPORT_BYTES)
