@@ -162,6 +162,11 @@ COLUMN_EVERY_S = 0.4
 CHARTS_EVERY_S = 1.0
 
 
+def _charts(comparison) -> tuple:
+    """The two charts under the columns, built from a comparison (finished or mid-run)."""
+    return _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison))
+
+
 def _with_live(comparison, live):
     """The comparison with the running policy's rounds so far, for charts drawn mid-run."""
     return comparison if live is None else replace(comparison, traces=[*comparison.traces, live])
@@ -219,8 +224,7 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                 sent_charts = now
                 shown = _with_live(comparison, live)
             yield _outputs(status_html(update.message + "…", "running"), changed(_columns(comparison, active, live=live)),
-                           _fit(lookahead_figure(shown)) if charts else None,
-                           _fit(progress_figure(shown)) if charts else None,
+                           *(_charts(shown) if charts else (None, None)),
                            _table(comparison) if ended else None, comparison if ended else None)
         if comparison is not None:
             state = "warning" if comparison.partial else "done"
@@ -229,7 +233,7 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                         " (partial)" if comparison.partial else "", time.monotonic() - run_started, model_s)
             yield _outputs(status_html(done_message(comparison), state),
                            _columns(comparison, active, running=False, note=note),
-                           _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison)), _table(comparison),
+                           *_charts(comparison), _table(comparison),
                            comparison)
     except SpecVizError as error:  # bad input, or a model pair that cannot load (cause and fix included)
         if isinstance(error, ModelLoadError):
@@ -369,7 +373,7 @@ def _shown(comparison, message: str) -> tuple:
     """The whole view of a finished comparison that needs no model (an import, an example)."""
     present = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
     return _outputs(status_html(message, "done"), _columns(comparison, present, running=False),
-                    _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison)), _table(comparison),
+                    *_charts(comparison), _table(comparison),
                     comparison, [])
 
 
@@ -598,7 +602,7 @@ def _preload() -> None:
     # 2 s on 2 cores) before its first coloured token.
     with MODEL_LOCK:
         warm = compare(pair, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
-    lookahead_figure(warm), progress_figure(warm)
+    _charts(warm)
 
 
 def main(argv: list[str] | None = None) -> None:

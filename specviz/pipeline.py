@@ -118,9 +118,9 @@ def label_round(tokenizer: object, context: list[int], r: Round) -> list[int]:
     return accepted_context + ([] if r.target_id is None else [r.target_id])
 
 
-def mark_ideal(trace: Trace, ideal: list[int]) -> None:
+def mark_ideal(rounds: list[Round], ideal: list[int]) -> None:
     """Record the oracle's ideal lookahead at each round's start position."""
-    for r in trace.rounds:
+    for r in rounds:
         if r.position < len(ideal):
             r.oracle_ideal = ideal[r.position]
 
@@ -190,8 +190,8 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
                                request.seed):
             for r in trace.rounds[labelled:]:
                 context = label_round(pair.tokenizer, context, r)
-                if comparison.oracle_ideal is not None and r.position < len(comparison.oracle_ideal):
-                    r.oracle_ideal = comparison.oracle_ideal[r.position]
+            if comparison.oracle_ideal is not None:
+                mark_ideal(trace.rounds[labelled:], comparison.oracle_ideal)
             labelled = len(trace.rounds)
             yield Update(comparison, trace, message)
             if out_of_time():
@@ -210,7 +210,7 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         comparison.oracle_ideal, comparison.draft_along_reference = ideal, along
         comparison.oracle_reference = source
         for t in comparison.traces:
-            mark_ideal(t, ideal)
+            mark_ideal(t.rounds, ideal)
 
     def run_baseline() -> Iterator[Update]:
         message = "Running the target alone (target-only baseline)"
