@@ -21,9 +21,12 @@ DEFAULT_PORT = 7860
 # ---- settings -> modes ---------------------------------------------------------------------
 
 
-def _finite(value: object, message: str) -> float:
-    """A finite number from a widget value, or SpecVizError(message)."""
-    if isinstance(value, bool) or value is None:
+def _finite(value: object, what: str, kind: str = "a number") -> float:
+    """A finite number from a widget value, or SpecVizError naming `what` and the `kind` expected."""
+    if value is None or value == "":  # Gradio sends None for a number box the user cleared
+        raise SpecVizError(f"{what} is empty: enter {kind}.")
+    message = f"{what} must be {kind}, got {value!r}."
+    if isinstance(value, bool):
         raise SpecVizError(message)
     try:
         number = float(value)  # type: ignore[arg-type]
@@ -36,15 +39,14 @@ def _finite(value: object, message: str) -> float:
 
 def _whole(value: object, what: str) -> int:
     """A whole number from a widget value (sliders and number boxes give floats)."""
-    message = f"{what} must be a whole number, got {value!r}."
-    number = _finite(value, message)
+    number = _finite(value, what, "a whole number")
     if number != int(number):
-        raise SpecVizError(message)
+        raise SpecVizError(f"{what} must be a whole number, got {value!r}.")
     return int(number)
 
 
 def _number(value: object, what: str) -> float:
-    return _finite(value, f"{what} must be a number, got {value!r}.")
+    return _finite(value, what)
 
 
 def _lookahead(value: object, what: str) -> int:

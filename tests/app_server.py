@@ -61,3 +61,25 @@ def stop_app(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def set_box(box, text: str, key: str = "Tab", tries: int = 3) -> None:
+    """Type `text` into a Gradio input (a Playwright locator), commit it with `key`, and check that it
+    holds. An event that finishes just as a box first mounts (an accordion opened right after a run)
+    can put the box's old value back: a front-end race a person typing does not meet, but a test
+    that types within milliseconds does; it then ran the wrong settings and failed far away."""
+    for _ in range(tries):
+        box.fill(text)
+        box.press(key)
+        box.page.wait_for_timeout(300)
+        if _same(box.input_value(), text):
+            return
+    raise AssertionError(f"the box holds {box.input_value()!r} after {text!r} was typed {tries} times")
+
+
+def _same(shown: str, typed: str) -> bool:
+    """The box shows what was typed ("0" for "0.0" counts: number boxes re-format)."""
+    try:
+        return shown == typed or float(shown) == float(typed)
+    except ValueError:
+        return False

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+from app_server import set_box
 from test_app_browser import CHROMIUM, RUN_TIMEOUT_MS, app_url  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -24,13 +25,9 @@ assert Path(CHROMIUM).exists()
 def start_run(page, url, temperature: float = 0.0, seed: int = 1) -> None:
     page.goto(url)
     page.wait_for_selector("#run", timeout=60_000)
-    tokens = page.locator("#max-new-tokens input[type=number]")
-    tokens.fill(str(TOKENS))
-    tokens.press("Enter")
+    set_box(page.locator("#max-new-tokens input[type=number]"), str(TOKENS), key="Enter")
     for elem, value in (("#temperature", temperature), ("#seed", seed)):
-        box = page.locator(f"{elem} input")
-        box.fill(str(value))
-        box.press("Tab")
+        set_box(page.locator(f"{elem} input"), str(value))
     page.click("#run")
     page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)
 

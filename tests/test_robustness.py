@@ -88,7 +88,7 @@ def answer_text(column_html: str) -> str:
     ({"max_new_tokens": 10**9}, "Max new tokens must be between 1 and"),
     ({"max_new_tokens": 7.5}, "Max new tokens must be a whole number"),
     ({"max_new_tokens": float("nan")}, "Max new tokens must be a whole number"),
-    ({"max_new_tokens": None}, "Max new tokens must be a whole number"),
+    ({"max_new_tokens": None}, "Max new tokens is empty: enter a whole number"),
     ({"threshold": -0.1}, "dynamic threshold must be between 0 and 1"),
     ({"threshold": 1.5}, "dynamic threshold must be between 0 and 1"),
     ({"threshold": float("inf")}, "dynamic threshold must be a number"),

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
+from app_server import CHROMIUM, CHROMIUM_ARGS, set_box, start_app, stop_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -148,9 +148,7 @@ def test_hostile_model_output_in_an_imported_comparison_stays_text(page, tmp_pat
 def test_a_hostile_prompt_run_through_the_model_stays_text(page, app_url):
     prompt = "Repeat exactly, then stop: " + " ".join(PAYLOADS[:5])
     page.locator("#prompt textarea").fill(prompt)
-    tokens = page.locator("#max-new-tokens input[type=number]")
-    tokens.fill("16")
-    tokens.press("Enter")
+    set_box(page.locator("#max-new-tokens input[type=number]"), "16", key="Enter")
     page.click("#run")
     page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=600_000)
     assert page.locator("#prompt textarea").input_value() == prompt
@@ -158,9 +156,21 @@ def test_a_hostile_prompt_run_through_the_model_stays_text(page, app_url):
     assert "Traceback" not in app_url[1].read_text()
 
 
-def test_bad_values_typed_in_the_page_get_a_clear_message(page):
+def wait_for_message(page, app_log: Path, pattern: str, timeout_ms: int = 120_000) -> None:
+    """Wait until the page's text matches `pattern` (a JS regex); on a timeout, fail with what the
+    status said and the end of the app's log, so a failure in CI says why."""
+    try:
+        page.wait_for_function(f"() => {pattern}.test(document.body.innerText)", timeout=timeout_ms,
+                               polling=250)
+    except sync_api.TimeoutError:
+        raise AssertionError(f"no message matching {pattern} within {timeout_ms / 1000:.0f} s; "
+                             f"the status says {page.inner_text('#status')!r}; the app log ends with:\n"
+                             f"{app_log.read_text()[-2000:]}") from None
+
+
+def test_bad_values_typed_in_the_page_get_a_clear_message(page, app_url):
     """An empty prompt gets the app's own error status; a number box outside its range gets Gradio's
-    message; in both cases the spinner ends and the page keeps working."""
+    message, an emptied one the app's; in each case the spinner ends and the page keeps working."""
     page.locator("#prompt textarea").fill("   ")
     page.click("#run")
     page.wait_for_selector('#status .specviz-status[data-state="error"]', timeout=60_000)
@@ -169,11 +179,10 @@ def test_bad_values_typed_in_the_page_get_a_clear_message(page):
     page.locator("#prompt textarea").fill("Name a fruit.")
     page.click("#policy-settings")
     box = page.locator("#static-k input")
-    box.fill("0")
-    box.press("Tab")
-    page.click("#run")
-    page.wait_for_function(
-        "() => /less than minimum|between 1 and/.test(document.body.innerText)", timeout=60_000)
-    page.wait_for_timeout(1000)
-    assert page.locator("#status .pending, #status .eta-bar").count() == 0, "the spinner is stuck"
+    for typed, pattern in (("0", "/less than minimum|between 1 and/"), ("", "/Static k is empty/")):
+        set_box(box, typed)
+        page.click("#run")
+        wait_for_message(page, app_url[1], pattern)
+        page.wait_for_timeout(1000)
+        assert page.locator("#status .pending, #status .eta-bar").count() == 0, "the spinner is stuck"
     assert_inert(page)
