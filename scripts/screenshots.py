@@ -3,8 +3,9 @@
 Starts the app with SPECVIZ_PRELOAD=0, opens the first example (a real comparison computed
 ahead by scripts/make_examples.py) in headless Chromium, and saves docs/lookahead.png (lookahead
 against the oracle, one panel per policy), docs/charts.png (calibration and where the work went)
-and docs/present.png (presentation mode at 1280x720). docs/screenshot.png, the whole page after a
-live run, is written by tests/test_app_browser.py.
+docs/present.png (presentation mode at 1280x720) and docs/screenshot.png (the page down to the
+lookahead chart, for the README). The tests write their own screenshots under artifacts/ only, so a test run leaves docs/
+as it was.
 
     python scripts/screenshots.py
 """
@@ -38,6 +39,12 @@ def main() -> None:
             page.wait_for_timeout(1500)  # plotly's drawing and the "Why?" charts after the view step
             page.locator("#lookahead-plot").screenshot(path=str(DOCS / "lookahead.png"))
             page.locator("#explain-accordion").screenshot(path=str(DOCS / "charts.png"))
+            # The README's picture: the page from the top down to the lookahead chart (the whole page
+            # is several screens tall and unreadable at README width).
+            bottom = page.evaluate("() => { const r = document.querySelector('#lookahead-plot')"
+                                   ".getBoundingClientRect(); return r.bottom + window.scrollY; }")
+            page.screenshot(path=str(DOCS / "screenshot.png"), full_page=True,
+                            clip={"x": 0, "y": 0, "width": 1376, "height": bottom + 8})
 
             # Presentation mode hides the example buttons: open the example first, then switch it on.
             present = browser.new_page(viewport={"width": 1280, "height": 720})
@@ -50,7 +57,7 @@ def main() -> None:
             browser.close()
     finally:
         stop_app(proc)
-    print("wrote docs/lookahead.png, docs/charts.png, docs/present.png")
+    print("wrote docs/lookahead.png, docs/charts.png, docs/screenshot.png, docs/present.png")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ Run: python -m pytest tests/test_app_browser.py -q     (about 1-2 minutes on 2 c
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -142,9 +141,7 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
 
     artifacts = ROOT / "artifacts"
     artifacts.mkdir(exist_ok=True)
-    page.screenshot(path=str(artifacts / "app.png"), full_page=True)
-    (ROOT / "docs").mkdir(exist_ok=True)
-    shutil.copyfile(artifacts / "app.png", ROOT / "docs" / "screenshot.png")
+    page.screenshot(path=str(artifacts / "app.png"), full_page=True)  # to look at; docs/ is scripts/screenshots.py's
     page.close()
 
     # The engine's own run of the same request, after the browser run (2 cores: no overlap).
