@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, ROOT, start_app, stop_app
+from app_server import CHROMIUM, ROOT, set_box, start_app, stop_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -114,9 +114,7 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
     prompt = page.locator("#prompt textarea")
     prompt.fill("")
     prompt.type(PROMPT, delay=5)
-    tokens = page.locator("#max-new-tokens input[type=number]")
-    tokens.fill(str(MAX_NEW_TOKENS))
-    tokens.press("Enter")
+    set_box(page.locator("#max-new-tokens input[type=number]"), str(MAX_NEW_TOKENS), key="Enter")
     assert page.locator("#max-new-tokens input[type=range]").input_value() == str(MAX_NEW_TOKENS)
 
     page.evaluate("() => { window.__specvizAlerts = []; "
