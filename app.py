@@ -24,6 +24,7 @@ from specviz.analysis import measured_draft_cost_ratio
 from specviz.errors import SpecVizError
 from specviz.explain_plots import explain_figures
 from specviz.export import SWEEP_HEADERS, sweep_rows, write_all
+from specviz.heartbeat import with_heartbeat
 from specviz.models import DEFAULT_PRESET, PRESETS, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
 from specviz.pipeline import Limits, compare, make_request, run_comparison
 from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
@@ -160,6 +161,9 @@ def _columns(comparison, active=ALL_COLUMNS, **kwargs) -> list[str]:
 # and charts (the costliest part to build and to draw) at most once a second.
 COLUMN_EVERY_S = 0.4
 CHARTS_EVERY_S = 1.0
+# How often the engine's worker is asked for news, and how long the page may then stay still.
+HEARTBEAT_S = 0.25
+STILL_RUNNING_S = 0.4
 
 
 def _charts(comparison) -> tuple:
@@ -195,10 +199,13 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
         eos = sorted(pair.eos_token_ids)
         yield _outputs(status_html("Starting…", "running"), _columns(None, active), eos=eos)
 
-        steps = run_comparison(pair, request, limits)
-        run_started, model_s = time.monotonic(), 0.0  # for the log: model work vs everything else
-        sent_columns, sent_charts = 0.0, time.monotonic()  # the first chart update comes with data
+        # The engine steps in a worker thread; while one long step runs (an oracle round drafting
+        # 28 tokens, a long stretch of the oracle's search) the status still ticks.
+        steps = with_heartbeat(run_comparison(pair, request, limits), HEARTBEAT_S, MODEL_LOCK)
+        run_started = time.monotonic()
+        sent_columns, sent_charts, sent_page = 0.0, run_started, run_started  # first chart update comes with data
         finished = 0
+        message = "Starting"
         on_page: dict[int, str] = {}
 
         def changed(htmls: list[str]) -> list:
@@ -207,30 +214,34 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             on_page.update(enumerate(htmls))
             return out
 
-        while True:
-            step_started = time.monotonic()
-            with MODEL_LOCK:
-                update = next(steps, None)
-            model_s += time.monotonic() - step_started
-            if update is None:
-                break
-            comparison, live, now = update.comparison, update.running, time.monotonic()
+        def running(text: str) -> str:
+            return status_html(f"{text}… {time.monotonic() - run_started:.1f} s", "running")
+
+        for update in steps:
+            now = time.monotonic()
+            if update is None:  # a long engine step: the status says the run goes on
+                if now - sent_page >= STILL_RUNNING_S:
+                    sent_page = now
+                    yield _outputs(running(message), [gr.skip()] * len(ALL_COLUMNS))
+                continue
+            comparison, live, message = update.comparison, update.running, update.message
             ended = len(comparison.traces) != finished  # a policy just finished: show it whole
             if not ended and now - sent_columns < COLUMN_EVERY_S:
                 continue
-            finished, sent_columns = len(comparison.traces), now
+            finished, sent_columns, sent_page = len(comparison.traces), now, now
             charts = ended or now - sent_charts >= CHARTS_EVERY_S
             if charts:
                 sent_charts = now
                 shown = _with_live(comparison, live)
-            yield _outputs(status_html(update.message + "…", "running"), changed(_columns(comparison, active, live=live)),
+            yield _outputs(running(message), changed(_columns(comparison, active, live=live)),
                            *(_charts(shown) if charts else (None, None)),
                            _table(comparison) if ended else None, comparison if ended else None)
         if comparison is not None:
             state = "warning" if comparison.partial else "done"
             note = "not run: time budget ran out" if comparison.partial else None
-            logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s", len(comparison.traces),
-                        " (partial)" if comparison.partial else "", time.monotonic() - run_started, model_s)
+            logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s (as the engine reports it)",
+                        len(comparison.traces), " (partial)" if comparison.partial else "",
+                        time.monotonic() - run_started, comparison.model_s())
             yield _outputs(status_html(done_message(comparison), state),
                            _columns(comparison, active, running=False, note=note),
                            *_charts(comparison), _table(comparison),

@@ -6,7 +6,8 @@ each run it reports, from a MutationObserver in the page (so the figures do not 
 often Python polls):
 
 * the first coloured token in a policy column after Run;
-* the longest gap between two page updates while the run was in progress;
+* the longest gap between two page updates while the run was in progress (a column, a chart or
+  the status line, which ticks while one long engine step runs);
 * the whole comparison's time against the sum of its model runs as the engine reports them
   (target-only, every policy, and the oracle's preparation), read from the run's own JSON export;
 
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from itertools import pairwise
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
@@ -35,7 +37,7 @@ from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
 POLICIES = ["static", "heuristic", "dynamic", "oracle"]
 
 WATCH_JS = """(policies) => {
-  const t = window.__specviz = {start: performance.now(), firstToken: null, updates: [], filled: {}};
+  const t = window.__specviz = {start: performance.now(), firstToken: null, updates: [], filled: {}, cleared: {}};
   const columns = document.querySelector('#columns');
   new MutationObserver(() => {
     const now = performance.now() - t.start;
@@ -43,8 +45,10 @@ WATCH_JS = """(policies) => {
     if (t.firstToken === null && columns.querySelector('.specviz-column[data-state="running"] .tok')) {
       t.firstToken = now;
     }
-    for (const p of policies) {
-      if (!(p in t.filled) && document.querySelector('#col-' + p + ' .specviz-metrics')) t.filled[p] = now;
+    for (const p of policies) {  // complete in this run: seen without its metrics first (a new run)
+      const done = document.querySelector('#col-' + p + ' .specviz-metrics');
+      if (!done) t.cleared[p] = true;
+      else if (t.cleared[p] && !(p in t.filled)) t.filled[p] = now;
     }
   }).observe(document.body, {subtree: true, childList: true, characterData: true});
   document.querySelector('#run').click();
@@ -102,7 +106,7 @@ def main() -> None:
                     print(f"run {run}: only {len(filled)} columns filled: {page.inner_text('#status').strip()}")
                     continue
                 done_ms = max(t["updates"])
-                gaps = [(b - a, a) for a, b in zip(t["updates"], t["updates"][1:])]
+                gaps = [(b - a, a) for a, b in pairwise(t["updates"])]
                 longest = sorted(gaps, reverse=True)[:3]
                 total_model, parts = model_seconds(url, page, old_href)
                 print(f"run {run}: first coloured token {t['firstToken'] / 1000:.2f} s after Run; longest gaps "

@@ -188,6 +188,12 @@ class Comparison:
             return None
         return self.baseline.wall_s / trace.wall_s if trace.wall_s > 0 else 0.0
 
+    def model_s(self) -> float:
+        """Seconds of model work as the engine timed it: every policy run, the oracle's
+        preparation and target-only decoding (what the app's overhead is measured against)."""
+        return (sum(t.wall_s for t in self.traces) + self.oracle_s
+                + (self.baseline.wall_s if self.baseline is not None else 0.0))
+
     def reference_ids(self) -> list[int]:
         """The target's greedy answer the oracle and the what-if sweep were computed along."""
         if self.oracle_reference is not None:

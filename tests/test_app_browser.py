@@ -10,6 +10,7 @@ Run: python -m pytest tests/test_app_browser.py -q     (about 1-2 minutes on 2 c
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -189,4 +190,36 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
     assert sum(meta.get("series") == "oracle_ideal" for meta in metas) == len(POLICIES)  # one panel each
     accepted = sorted(meta.get("policy") for meta in metas if meta.get("series") == "accepted")
     assert accepted == sorted(POLICIES)
+    assert "Traceback" not in log_path.read_text()
+
+
+def test_stop_mid_run_keeps_the_page_and_the_model_working(app_url, browser):
+    """Stop while the first column streams: finished work is kept, the column says stopped, the
+    status ticks while it ran, and the next Run (which needs the model lock back) completes."""
+    url, log_path = app_url
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("#run", timeout=60_000)
+    page.evaluate("""() => {
+      const seen = window.__statusTexts = new Set();
+      new MutationObserver(() => {
+        const el = document.querySelector('#status .specviz-status[data-state="running"]');
+        if (el) seen.add(el.textContent);
+      }).observe(document.querySelector('#status'), {subtree: true, childList: true, characterData: true});
+    }""")
+    page.click("#run")  # the example prompt, 128 new tokens: long enough to stop in the middle
+    page.wait_for_selector('#col-static .specviz-column[data-state="running"] .tok', timeout=RUN_TIMEOUT_MS)
+    page.wait_for_timeout(1500)
+    page.click("#stop")
+    page.wait_for_function("() => /Stopped/.test(document.querySelector('#status').innerText)", timeout=60_000)
+    assert "stopped" in page.inner_text("#col-static").lower()
+    ticks = page.evaluate("() => [...window.__statusTexts]")
+    assert any(re.search(r"… \d+\.\d s$", t) for t in ticks), ticks  # the running status counts seconds
+
+    set_box(page.locator("#max-new-tokens input[type=number]"), "16", key="Enter")
+    page.click("#run")
+    page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)
+    page.wait_for_function("() => document.querySelectorAll('#columns .specviz-metrics').length >= 4",
+                           timeout=30_000)
+    page.close()
     assert "Traceback" not in log_path.read_text()
