@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, CHROMIUM_ARGS, set_box, start_app, stop_app
+from app_server import CHROMIUM, set_box, start_app, stop_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -96,17 +96,15 @@ def app_url(tmp_path_factory):
 
 
 @pytest.fixture()
-def page(app_url):
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = chromium.new_page(viewport={"width": 1440, "height": 900})
-        page.fired = []  # dialogs Playwright saw (if the hook were bypassed)
-        page.on("dialog", lambda d: (page.fired.append(d.message), d.dismiss()))
-        page.add_init_script(HOOK_JS)
-        page.goto(app_url[0])
-        page.wait_for_selector("#run", timeout=60_000)
-        yield page
-        chromium.close()
+def page(app_url, browser):
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.fired = []  # dialogs Playwright saw (if the hook were bypassed)
+    page.on("dialog", lambda d: (page.fired.append(d.message), d.dismiss()))
+    page.add_init_script(HOOK_JS)
+    page.goto(app_url[0])
+    page.wait_for_selector("#run", timeout=60_000)
+    yield page
+    page.close()
 
 
 def assert_inert(page):
