@@ -4,8 +4,8 @@ Starts the app with SPECVIZ_PRELOAD=0, opens the first example (a real compariso
 ahead by scripts/make_examples.py) in headless Chromium, and saves docs/lookahead.png (lookahead
 against the oracle, one panel per policy), docs/charts.png (calibration and where the work went)
 docs/present.png (presentation mode at 1280x720) and docs/screenshot.png (the page down to the
-lookahead chart, for the README). The tests write their own screenshots under artifacts/ only, so a test run leaves docs/
-as it was.
+lookahead chart, for the README). The tests write their own screenshots under artifacts/ only,
+so a test run leaves docs/ as it was.
 
     python scripts/screenshots.py
 """
