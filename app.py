@@ -294,10 +294,12 @@ def views(comparison, eos):
     if comparison.draft_along_reference is not None:
         sweep_plot, sweep_table = what_if(comparison, eos)
         note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
-                "passes are counted from the draft's guesses along the answer (exact for full-precision models; "
-                "with a quantized or bf16 draft, whose guesses shift slightly with batching, expect a few passes "
-                "of error). Times are modeled from this run's per-pass costs; set the draft's cost below to see what "
-                "the same passes would give with a cheaper draft. Stars mark the settings actually run.")
+                "the draft's guess at each position depends on the text alone, so its guesses along the answer give "
+                "every setting's target passes exactly, and its draft passes exactly for the settings run (stars). "
+                "For the others, the tokens a draft would propose after a rejected one are unseen: their draft "
+                "passes can be off by the few calls where a confidence rule would have stopped there. Times are "
+                "modeled from this run's per-pass costs; set the draft's cost below to see what the same passes "
+                "would give with a cheaper draft.")
     else:
         sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
         note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"

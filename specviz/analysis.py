@@ -203,10 +203,15 @@ class WorkSplit:
     draft_s: float
     verify_s: float
     wall_s: float
+    draft_catch_up: int = 0  # draft calls that read committed tokens (engine.Drafter), no token drafted
+
+    @property
+    def draft_tokens(self) -> int:
+        return self.draft_accepted + self.draft_thrown_away
 
     @property
     def draft_passes(self) -> int:
-        return self.draft_accepted + self.draft_thrown_away
+        return self.draft_tokens + self.draft_catch_up
 
     @property
     def other_s(self) -> float:
@@ -223,17 +228,17 @@ def work_split(trace: Trace) -> WorkSplit:
     accepted = sum(r.accepted for r in trace.rounds)
     rejected = sum(r.accepted < r.lookahead for r in trace.rounds)
     return WorkSplit(trace.label, trace.policy, trace.target_passes, accepted, trace.drafted - accepted, rejected,
-                     trace.draft_s, trace.verify_s, trace.wall_s)
+                     trace.draft_s, trace.verify_s, trace.wall_s, trace.draft_passes - trace.drafted)
 
 
 def measured_draft_cost_ratio(comparison: Comparison) -> float | None:
     """Seconds per draft pass over seconds per target pass, measured over all rounds of the run."""
     rounds = [r for t in comparison.traces for r in t.rounds]
-    drafted = sum(r.lookahead for r in rounds)
+    draft_calls = sum(r.draft_passes for r in rounds)
     verify = sum(r.verify_s for r in rounds)
-    if not rounds or not drafted or verify <= 0:
+    if not rounds or not draft_calls or verify <= 0:
         return None
-    return (sum(r.draft_s for r in rounds) / drafted) / (verify / len(rounds))
+    return (sum(r.draft_s for r in rounds) / draft_calls) / (verify / len(rounds))
 
 
 # ---- lookahead against the oracle ----------------------------------------------------------

@@ -8,11 +8,13 @@ One round, for every policy:
     3. accept  - greedy: the longest prefix the target agrees with, then the target's own
                  token; sampling: rejection sampling, which keeps the target's distribution;
     4. update  - both KV caches drop what was rejected;
-    5. record  - a `Round` with tokens, probabilities, verdict and timings.
+    5. record  - a `Round` with tokens, probabilities, verdict, passes and timings.
 
-Caches follow transformers' assisted generation, so pass counts and tokens match it: the
-target cache holds every committed token but the last (it is fed with the proposal), and at
-each round start the draft re-reads the last two committed tokens.
+The target's cache follows transformers' assisted generation: it holds every committed token
+but the last, and each verify pass reads that token with the proposal. The draft is fed
+differently (`Drafter`): one token per forward call, so that its guess at an answer position
+is a function of the text alone. That is what makes the oracle the true ideal and the what-if
+replay exact; it costs one extra draft call after every round whose drafts were all accepted.
 """
 
 from __future__ import annotations
@@ -43,11 +45,15 @@ class CachedModel:
         self.cache = DynamicCache(config=model.config)
         self.length = 0
 
-    def forward(self, token_ids: list[int], keep: int = 1) -> torch.Tensor:
-        """Feed tokens after the cached ones; return fp32 logits for the last `keep` of them."""
+    def forward(self, token_ids: list[int], keep: int = 1) -> torch.Tensor | None:
+        """Feed tokens after the cached ones; return fp32 logits for the last `keep` of them.
+        With keep=0 only the cache is filled: the output layer is skipped and None returned."""
         inputs = torch.tensor([token_ids], dtype=torch.long, device=self.device)
-        output = self.model(input_ids=inputs, cache=self.cache, use_cache=True, logits_to_keep=keep)
         self.length += len(token_ids)
+        if keep == 0:
+            self.model.get_decoder()(input_ids=inputs, cache=self.cache, use_cache=True)
+            return None
+        output = self.model(input_ids=inputs, cache=self.cache, use_cache=True, logits_to_keep=keep)
         return output.logits[0, -keep:, : self.vocab_size].float()
 
     def crop(self, length: int) -> None:
@@ -55,6 +61,75 @@ class CachedModel:
         if self.length > length:
             self.cache.crop(-(self.length - length))  # transformers 5: a negative count removes tokens
             self.length = length
+
+
+class Drafter:
+    """The draft model with its KV cache, fed so that its guess at a position is a function of
+    the text before it alone: not of how earlier rounds ran.
+
+    Why: a forward call's result depends, at the level of float rounding, on how many tokens it
+    reads, and a quantized draft turns such differences into other tokens (the bundled int8
+    draft picks its activation scales per call). Guesses that depend on where a policy's rounds
+    ended would make the oracle's ideal, computed along the answer once, differ from what the
+    policies meet, and the what-if replay inexact. So:
+
+    - the prompt but its last token is read in one call, the first time the draft runs;
+    - after that every call reads exactly one token. A round starts by reading the committed
+      tokens the cache lacks, one per call (the last of them gives the first draft token's
+      logits); after a round whose drafts were all accepted that is one call more than the
+      drafted tokens (its last draft token was never read), after a round that drafted nothing
+      two. Catch-up calls before the last skip the output layer: only the cache needs them.
+
+    Every call is a draft pass (`passes`). transformers re-reads the last two committed tokens
+    in one call instead (one call fewer per fully accepted round, guesses that depend on the
+    round structure): `TransformersDrafter`.
+    """
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int, device: torch.device, prompt_ids: list[int]):
+        self.cached = CachedModel(model, vocab_size, device)
+        self.prompt_ids = list(prompt_ids)
+        self.tokens: list[int] = []  # what the cache holds, in order
+        self.passes = 0
+
+    def read(self, token_ids: list[int], logits: bool = False) -> torch.Tensor | None:
+        """One forward call over `token_ids`; the logits after the last of them if asked for."""
+        self.passes += 1
+        self.tokens += token_ids
+        result = self.cached.forward(token_ids, keep=1 if logits else 0)
+        return None if result is None else result[-1]
+
+    def keep_prefix(self, sequence: list[int]) -> None:
+        """Drop every cached token after the longest prefix shared with `sequence`."""
+        shared = 0
+        for cached, token in zip(self.tokens, sequence):
+            if cached != token:
+                break
+            shared += 1
+        self.cached.crop(shared)
+        del self.tokens[shared:]
+
+    def start(self, sequence: list[int]) -> torch.Tensor:
+        """The logits for the token after `sequence` (the prompt and the answer so far)."""
+        self.keep_prefix(sequence[:-1])
+        if not self.tokens and len(self.prompt_ids) > 1:
+            self.read(self.prompt_ids[:-1])
+        for token in sequence[len(self.tokens):-1]:
+            self.read([token])
+        return self.read([sequence[-1]], logits=True)
+
+    def next(self, token: int) -> torch.Tensor:
+        """The logits after the draft's own `token`, read on top of what the cache holds."""
+        return self.read([token], logits=True)
+
+
+class TransformersDrafter(Drafter):
+    """Feeds the draft as transformers' assisted generation does: each round re-reads the last
+    two committed tokens (the whole prompt in the first round) in one call. Its passes and
+    tokens match transformers'; its guesses depend on the round structure (see `Drafter`)."""
+
+    def start(self, sequence: list[int]) -> torch.Tensor:
+        self.keep_prefix(sequence[: max(0, len(sequence) - 2)])
+        return self.read(sequence[len(self.tokens):], logits=True)
 
 
 class Sampler:
@@ -97,25 +172,24 @@ class Proposal:
     distributions: list[torch.Tensor] = field(default_factory=list)
 
 
-def draft(drafter: CachedModel, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+def draft(drafter: Drafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
           eos_ids: frozenset[int]) -> Proposal:
-    """Propose up to `budget` tokens, one draft forward pass each."""
+    """Propose up to `budget` tokens, one draft forward pass each (plus the catch-up calls)."""
     proposal = Proposal()
     if budget <= 0:
         return proposal
-    drafter.crop(max(0, len(sequence) - 2))
-    feed = sequence[drafter.length:]
+    logits = drafter.start(sequence)
     for index in range(budget):
-        distribution = sampler.distribution(drafter.forward(feed)[-1])
+        distribution = sampler.distribution(logits)
         token = sampler.pick(distribution)
         step = DraftStep(index, token, float(distribution[token]), float(torch.special.entr(distribution).sum()))
         proposal.ids.append(token)
         proposal.probs.append(step.prob)
         proposal.entropies.append(step.entropy)
         proposal.distributions.append(distribution)
-        feed = [token]
-        if token in eos_ids or not policy.keep_drafting(step):
+        if token in eos_ids or not policy.keep_drafting(step) or index + 1 == budget:
             break
+        logits = drafter.next(token)
     return proposal
 
 
@@ -163,17 +237,19 @@ def _commit(proposal: list[int], accepted: int, target_token: int, room: int,
 
 
 def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
-              temperature: float = 0.0, seed: int | None = None) -> Iterator[Trace]:
+              temperature: float = 0.0, seed: int | None = None,
+              feeding: type[Drafter] = Drafter) -> Iterator[Trace]:
     """Speculative decoding of one prompt under one lookahead policy, one round at a time.
 
     Yields the same `Trace` before the first round and again after every round, so a caller can
     show each round as soon as it is decided, or stop between rounds by no longer asking for the
     next one (the trace then keeps `stop_reason="stopped"`). `wall_s` counts this function's own
-    time only, not the caller's between rounds.
+    time only, not the caller's between rounds. `feeding` says how the draft reads tokens
+    (`Drafter`, or `TransformersDrafter` to reproduce transformers' passes exactly).
     """
     started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)
-    drafter = CachedModel(pair.draft, pair.vocab_size, pair.device)
+    drafter = feeding(pair.draft, pair.vocab_size, pair.device, prompt_ids)
     verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
     sequence = list(prompt_ids)
     trace = Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=[], rounds=[], wall_s=0.0,
@@ -189,7 +265,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
         threshold = policy.threshold
 
         with torch.inference_mode():  # not held across the yield below: the caller's code runs there
-            t0 = time.perf_counter()
+            t0, passes_before = time.perf_counter(), drafter.passes
             proposal = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
             t1 = time.perf_counter()
             target_logits = verify(verifier, sequence, proposal.ids)
@@ -202,7 +278,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
 
         committed, hit_eos = _commit(proposal.ids, accepted, target_token, room, pair.eos_token_ids)
         accepted = min(accepted, len(committed))
-        verifier.crop(len(sequence) + accepted)  # the draft re-syncs itself at its next round
+        verifier.crop(len(sequence) + accepted)  # the drafter keeps what still holds at its next start
         sequence += committed
         answer += committed
         policy.end_round(len(proposal.ids), accepted, proposal.probs)
@@ -210,7 +286,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
             index=len(trace.rounds), position=len(answer) - len(committed), budget=budget,
             draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
             accepted=accepted, target_id=target_token if len(committed) > accepted else None,
-            draft_s=t1 - t0, verify_s=t2 - t1, threshold=threshold,
+            draft_passes=drafter.passes - passes_before, draft_s=t1 - t0, verify_s=t2 - t1, threshold=threshold,
         ))
         done = hit_eos or len(answer) >= max_new_tokens
         if done:
@@ -223,9 +299,9 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
 
 def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
              temperature: float = 0.0, seed: int | None = None,
-             should_stop: Callable[[], bool] | None = None) -> Trace:
+             should_stop: Callable[[], bool] | None = None, feeding: type[Drafter] = Drafter) -> Trace:
     """`speculate` run to the end, or until `should_stop()` says so between rounds."""
-    return _run(speculate(pair, prompt_ids, policy, max_new_tokens, temperature, seed), should_stop)
+    return _run(speculate(pair, prompt_ids, policy, max_new_tokens, temperature, seed, feeding), should_stop)
 
 
 def decode_target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0,

@@ -27,6 +27,7 @@ COUNT_BAR_COLOR = "rgba(120, 120, 120, 0.30)"
 SHARE_COLOR = "#0072B2"
 THRESHOLD_COLOR = "#009E73"  # the dynamic policy's colour
 ACCEPTED_COLOR = "#009E73"
+CATCH_UP_COLOR = "#BBBBBB"  # grey: draft calls spent reading committed tokens
 THROWN_AWAY_COLOR = "#B2182B"  # the lookahead chart's "beyond the ideal" red
 TARGET_PASS_COLOR = "#555555"
 DRAFT_TIME_COLOR = "#E69F00"
@@ -122,8 +123,9 @@ def position_figure(comparison: Comparison) -> go.Figure:
 
 
 def work_figure(comparison: Comparison) -> go.Figure:
-    """Per policy: target passes next to the draft tokens it kept and threw away (left), and the
-    measured wall time split into drafting, verifying and the rest (right)."""
+    """Per policy: target passes next to its draft passes: the tokens it kept, those it threw away
+    and the catch-up calls (left), and the measured wall time split into drafting, verifying and
+    the rest (right)."""
     splits = [work_split(t) for t in comparison.traces]
     labels = [html.escape(s.label) for s in splits]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
@@ -134,7 +136,7 @@ def work_figure(comparison: Comparison) -> go.Figure:
                          hoverinfo="text", meta={"series": "target_passes"}), row=1, col=1)
     fig.add_trace(go.Bar(y=labels, x=[s.draft_accepted for s in splits], orientation="h",
                          name="draft tokens accepted", offsetgroup="draft", marker={"color": ACCEPTED_COLOR},
-                         hovertext=[f"{label}: {s.draft_accepted} of {s.draft_passes} draft tokens accepted"
+                         hovertext=[f"{label}: {s.draft_accepted} of {s.draft_tokens} draft tokens accepted"
                                     for label, s in zip(labels, splits)],
                          hoverinfo="text", meta={"series": "draft_accepted"}), row=1, col=1)
     fig.add_trace(go.Bar(y=labels, x=[s.draft_thrown_away for s in splits], orientation="h",
@@ -144,6 +146,12 @@ def work_figure(comparison: Comparison) -> go.Figure:
                                     f"rejected, {s.draft_thrown_away - s.draft_rejected} after a rejection, never "
                                     f"judged)" for label, s in zip(labels, splits)],
                          hoverinfo="text", meta={"series": "draft_thrown_away"}), row=1, col=1)
+    fig.add_trace(go.Bar(y=labels, x=[s.draft_catch_up for s in splits], orientation="h",
+                         base=[s.draft_tokens for s in splits], name="draft catch-up calls",
+                         offsetgroup="draft", marker={"color": CATCH_UP_COLOR},
+                         hovertext=[f"{label}: {s.draft_catch_up} draft calls that only read committed tokens (after "
+                                    f"fully accepted rounds, and the prompt)" for label, s in zip(labels, splits)],
+                         hoverinfo="text", meta={"series": "draft_catch_up"}), row=1, col=1)
     for series, name, color, values in (
             ("draft_s", "drafting", DRAFT_TIME_COLOR, [s.draft_s for s in splits]),
             ("verify_s", "verifying", VERIFY_TIME_COLOR, [s.verify_s for s in splits]),

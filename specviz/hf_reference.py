@@ -6,9 +6,14 @@ to measure the engine's overhead against it (benchmarks). Equivalences:
     static k        num_assistant_tokens=k, schedule "constant", confidence threshold 0
     heuristic k0    num_assistant_tokens=k0, schedule "heuristic" (reset before every call)
     dynamic t, m    num_assistant_tokens=m, schedule "constant", assistant_confidence_threshold=t
+    adaptive t0, m  as dynamic, with transformers' re-fit of the threshold after every round
 
-transformers re-fits the confidence threshold after every round when scikit-learn is installed;
-that is SpecViz's future `adaptive` policy, not `dynamic`, so it is switched off here.
+transformers re-fits the confidence threshold whenever scikit-learn is installed; that is
+SpecViz's `adaptive` policy, so it is switched off for the others.
+
+The passes match SpecViz's only with `engine.TransformersDrafter`, which feeds the draft as
+transformers does (the last two committed tokens in one call per round); SpecViz's default
+feeding spends one more draft call per fully accepted round (engine.Drafter).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ def assistant_settings(spec: ModeSpec) -> dict[str, object]:
     if spec.policy == "heuristic":
         return {"num_assistant_tokens": spec.params.get("num_assistant_tokens", 5),
                 "num_assistant_tokens_schedule": "heuristic", "assistant_confidence_threshold": 0.0}
-    if spec.policy == "dynamic":
+    if spec.policy in ("dynamic", "adaptive"):
         return {"num_assistant_tokens": spec.params.get("max_tokens", 20),
                 "num_assistant_tokens_schedule": "constant",
                 "assistant_confidence_threshold": spec.params.get("assistant_confidence_threshold", 0.4)}
@@ -64,11 +69,13 @@ def _counting(module: torch.nn.Module):
 
 
 @contextmanager
-def _no_threshold_refit():
+def _threshold_refit(enabled: bool):
     from transformers.generation import candidate_generator
 
+    if enabled and not candidate_generator.is_sklearn_available():
+        raise RuntimeError("transformers re-fits the threshold (the adaptive policy) only with scikit-learn installed")
     original = candidate_generator.is_sklearn_available
-    candidate_generator.is_sklearn_available = lambda: False
+    candidate_generator.is_sklearn_available = lambda: enabled
     try:
         yield
     finally:
@@ -86,7 +93,7 @@ def hf_assisted(pair: ModelPair, prompt_ids: list[int], spec: ModeSpec, max_new_
     for name, value in assistant_settings(spec).items():
         setattr(config, name, value)
     inputs = torch.tensor([prompt_ids], device=pair.device)
-    with _no_threshold_refit(), _counting(pair.target) as target_calls, _counting(pair.draft) as draft_calls, \
+    with _threshold_refit(spec.policy == "adaptive"), _counting(pair.target) as target_calls, _counting(pair.draft) as draft_calls, \
             torch.inference_mode():
         started = time.perf_counter()
         output = pair.target.generate(inputs, attention_mask=torch.ones_like(inputs), assistant_model=pair.draft,

@@ -204,7 +204,7 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         message = "Finding the oracle's ideal lookahead along the target's answer"
         say(message)
         yield Update(comparison, None, message)
-        search = oracle_search(pair, prompt_ids, reference, request.max_new_tokens)
+        search = oracle_search(pair, prompt_ids, reference)
         (oracle, ideal, along), comparison.oracle_s = yield from _relay(
             search, lambda position: Update(comparison, None, f"{message}: {position} of {len(reference)} tokens"))
         comparison.oracle_ideal, comparison.draft_along_reference = ideal, along

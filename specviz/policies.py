@@ -13,7 +13,7 @@ Parameter names follow transformers' assisted generation where a counterpart exi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,21 +240,16 @@ class Entropy(Policy):
 class Oracle(Policy):
     """Drafts exactly as many tokens as the target will accept, known in advance.
 
-    `budgets` maps a round's start position to its ideal lookahead; it is computed by
-    `oracle.py` from the reference continuation, feeding the draft the way the engine does.
-    Positions not in the map (only reachable if the run leaves the reference) fall back to
-    `ideal`, the ideal lookahead at every position, then to 1.
+    `ideal` is the ideal lookahead at every answer position, computed by `oracle.py` along the
+    target's greedy answer. Positions past it (only reachable if a run left that answer) get 1.
     """
 
     name = "oracle"
 
-    def __init__(self, budgets: Mapping[int, int], ideal: Sequence[int] = ()):
-        self.budgets = dict(budgets)
+    def __init__(self, ideal: Sequence[int]):
         self.ideal = list(ideal)
 
     def start_round(self, position: int) -> int:
-        if position in self.budgets:
-            return self.budgets[position]
         return self.ideal[position] if position < len(self.ideal) else 1
 
 

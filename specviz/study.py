@@ -46,7 +46,8 @@ def result_from_comparison(preset: str, suite: str, prompt_id: str, index: int, 
     """The figures of a `trace.Comparison` that the report needs."""
     modes = [ModeResult(t.label, t.policy, t.new_tokens, t.target_passes, t.draft_passes, t.accepted,
                         round(t.wall_s, 6), round(t.draft_s, 6), round(t.verify_s, 6), t.lossless,
-                        [RoundRecord(r.lookahead, r.accepted, [round(p, 5) for p in r.draft_probs]) for r in t.rounds])
+                        [RoundRecord(r.lookahead, r.accepted, [round(p, 5) for p in r.draft_probs], r.oracle_ideal)
+                         for r in t.rounds])
              for t in comparison.traces]
     return PromptResult(preset, suite, prompt_id, index, comparison.max_new_tokens, comparison.prompt_tokens,
                         len(comparison.baseline.token_ids), round(comparison.baseline.wall_s, 6), round(seconds, 3),

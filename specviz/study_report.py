@@ -68,6 +68,12 @@ class RoundRecord:
     lookahead: int
     accepted: int
     probs: list[float]  # the draft's probability for each token it proposed
+    ideal: int | None = None  # the oracle's ideal lookahead at the round's start (older records: None)
+
+    @property
+    def meets_ideal(self) -> bool | None:
+        """The round accepted exactly min(its lookahead, the ideal), as an exact oracle implies."""
+        return None if self.ideal is None else self.accepted == min(self.lookahead, self.ideal)
 
 
 @dataclass
@@ -83,6 +89,11 @@ class ModeResult:
     verify_s: float
     lossless: bool | None
     rounds: list[RoundRecord] = field(default_factory=list)
+
+    @property
+    def drafted(self) -> int:
+        """Tokens the draft proposed (draft passes also count catch-up calls)."""
+        return sum(r.lookahead for r in self.rounds)
 
 
 @dataclass
@@ -237,10 +248,11 @@ class PolicyTotals:
     wall_s: float
     modeled_s: float
     lossless: int  # prompts whose output equals target-only decoding
+    drafted: int = 0  # tokens the draft proposed
 
     @property
     def acceptance(self) -> float | None:
-        return _ratio(self.accepted, self.draft_passes)
+        return _ratio(self.accepted, self.drafted)
 
 
 def policy_totals(results: Sequence[PromptResult], policy: str, costs: PassCosts) -> PolicyTotals | None:
@@ -252,7 +264,7 @@ def policy_totals(results: Sequence[PromptResult], policy: str, costs: PassCosts
         target_passes=sum(m.target_passes for m in modes), draft_passes=sum(m.draft_passes for m in modes),
         accepted=sum(m.accepted for m in modes), wall_s=sum(m.wall_s for m in modes),
         modeled_s=sum(modeled_time(m.target_passes, m.draft_passes, costs) for m in modes),
-        lossless=sum(m.lossless is True for m in modes),
+        lossless=sum(m.lossless is True for m in modes), drafted=sum(m.drafted for m in modes),
     )
 
 
@@ -411,7 +423,7 @@ def headline_section(figures: SuiteFigures | None) -> tuple[list[str], bool | No
 
 def _as_totals(mode: ModeResult) -> PolicyTotals:
     return PolicyTotals(mode.label, mode.policy, 1, mode.target_passes, mode.draft_passes, mode.accepted,
-                        mode.wall_s, 0.0, int(mode.lossless is True))
+                        mode.wall_s, 0.0, int(mode.lossless is True), mode.drafted)
 
 
 def jumps_section(suites: Sequence[SuiteFigures]) -> tuple[list[str], bool | None]:
@@ -517,6 +529,26 @@ def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
     return lines
 
 
+def oracle_lowest(result: PromptResult) -> bool | None:
+    """The oracle needed no more target passes than any other policy on this prompt."""
+    oracle = result.mode("oracle")
+    if oracle is None:
+        return None
+    return all(oracle.target_passes <= m.target_passes for m in result.modes)
+
+
+def exactness_sentence(results: Sequence[PromptResult]) -> str:
+    """How often the oracle was lowest and the rounds met the ideal line, over these prompts."""
+    lowest = [flag for r in results if (flag := oracle_lowest(r)) is not None]
+    met = [flag for r in results for m in r.modes for rd in m.rounds if (flag := rd.meets_ideal) is not None]
+    words = (f"The oracle is the true ideal: it needed no more target passes than any other policy on "
+             f"{sum(lowest)} of {_n(len(lowest), 'prompt')}")
+    if met:
+        words += (f", and {sum(met)} of {_n(len(met), 'round')} of every policy accepted exactly "
+                  f"min(its lookahead, the oracle's ideal at its start)")
+    return words + "."
+
+
 def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[str, Any]],
                     results_link: str, report_command: str | None = None) -> str:
     """STUDY.md from the records alone. `invocations`: the runs that produced them (meta.json)."""
@@ -567,7 +599,8 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
         suites_run = ", ".join(f"{f.suite} ({_n(len(f.results), 'prompt')})" for f in figures)
         bodies += [f"## {preset}", "",
                    (f"Suites: {suites_run}. Lossless check: "
-                    f"{lossless} of {modes_run} policy runs produced exactly target-only decoding's tokens."), ""]
+                    f"{lossless} of {modes_run} policy runs produced exactly target-only decoding's tokens."), "",
+                   exactness_sentence([r for f in figures for r in f.results]), ""]
         bodies += headline + jumps + dynamic + why_section(figures)
 
     claims = [("headline", ("A fixed lookahead wastes work: the oracle needs fewer target and draft passes than "
@@ -606,7 +639,7 @@ def write_csv(path: Path, records: Sequence[PromptResult]) -> None:
                 modeled = modeled_time(m.target_passes, m.draft_passes, c)
                 writer.writerow([r.preset, r.suite, r.prompt_id, r.max_new_tokens, m.label, m.policy, m.new_tokens,
                                  m.target_passes, m.draft_passes, m.accepted,
-                                 f"{m.accepted / m.draft_passes:.4f}" if m.draft_passes else "",
+                                 f"{m.accepted / m.drafted:.4f}" if m.drafted else "",
                                  f"{m.wall_s:.4f}", f"{m.draft_s:.4f}", f"{m.verify_s:.4f}",
                                  f"{r.target_only_wall_s / m.wall_s:.4f}" if m.wall_s else "",
                                  f"{base / modeled:.4f}" if modeled else "", m.lossless, r.partial])

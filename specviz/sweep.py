@@ -1,20 +1,19 @@
 """What if the lookahead rule had been different? Replay any policy on one greedy run, no models.
 
 In greedy decoding the answer is fixed (it is the target's), so a round that starts at position
-p ends at the first position where the draft's token differs from the answer. What the draft
-proposes along the answer is known from the oracle step (`DraftAlongReference`), so the rounds,
-the target passes and the draft passes of any policy follow by bookkeeping alone:
+p ends at the first position where the draft's token differs from the answer. The engine feeds
+the draft so that its guess at a position depends on the text before it alone (engine.Drafter),
+so what the draft proposes along the answer (`DraftAlongReference`, from the oracle step) is
+what every policy's round sees there, and the rounds of any policy follow by bookkeeping alone:
 
-* target passes are exact when the draft table is (fp32 models; with a quantized or bf16 draft
-  the table is an estimate: see the note on batching in oracle.py and docs/SWEEP_VALIDATION.md);
-* draft passes are exact for policies that stop on their own at the first rejected token.
-  Beyond it the draft continues from its own wrong token, which the table cannot see.
-
-So the replay prefers what the runs that were made actually saw (greedy drafts are
-deterministic): a real round that started at the same position gives the proposal itself, a
-real rejection at the same position gives what the draft proposed after it. Only where no run
-went that far does it fall back to the table, and past a rejection to the probabilities along
-the answer. With a dynamically quantized draft the table is itself an estimate (oracle.py).
+* target passes are exact;
+* draft passes are counted as the engine counts them (a forward call per drafted token, the
+  catch-up calls, the prompt prefill) and are exact where every drafted token is known. Up to a
+  round's first rejected token they come from the table. Beyond it the draft continues from its
+  own wrong token, which the table cannot see: a real round that drafted past a rejection at
+  the same position says what it proposed (greedy drafts are deterministic); where no run went
+  that far, the draft's probabilities along the answer stand in for it. That only changes when
+  a policy that stops on the draft's confidence stops after a rejection, never the target passes.
 
 Time is estimated from the per-pass costs measured in the real run.
 """
@@ -50,9 +49,9 @@ class PassCosts:
     @classmethod
     def measured(cls, comparison: Comparison) -> PassCosts:
         rounds = [r for t in comparison.traces for r in t.rounds]
-        drafted = sum(r.lookahead for r in rounds)
+        draft_calls = sum(r.draft_passes for r in rounds)
         target = sum(r.verify_s for r in rounds) / len(rounds) if rounds else 0.0
-        draft = sum(r.draft_s for r in rounds) / drafted if drafted else 0.0
+        draft = sum(r.draft_s for r in rounds) / draft_calls if draft_calls else 0.0
         return cls(target, draft)
 
     @property
@@ -102,13 +101,17 @@ def observations(comparison: Comparison) -> Observations:
 
 
 def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReference, max_new_tokens: int,
-                  eos_ids: Iterable[int] = (), seen: Observations | None = None) -> tuple[int, int]:
-    """Target and draft passes `policy` needs to produce `reference`, from the draft table and
-    whatever real rounds were observed."""
+                  eos_ids: Iterable[int] = (), seen: Observations | None = None,
+                  prompt_tokens: int = 2) -> tuple[int, int]:
+    """Target and draft passes `policy` needs to produce `reference` after a prompt of
+    `prompt_tokens` tokens, from the draft table and whatever real rounds were observed."""
     eos = set(eos_ids)
     seen = seen or Observations({}, {})
     end = len(reference)
     position = target_passes = draft_passes = 0
+    # The draft's cache, as engine.Drafter fills it: it holds the answer up to position `fed`
+    # (-1: the prompt but its last token), and the prompt is read in one call at its first start.
+    fed, prefill_calls = -1, 1 if prompt_tokens > 1 else 0
     while position < end:
         budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
         observed = seen.round_starts.get(position, [])
@@ -119,25 +122,29 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
             at = position + index
             beyond = seen.after_rejection.get(rejected_at, []) if rejected_at is not None else []
             steps_beyond = at - rejected_at - 1 if rejected_at is not None else -1
+            # `real`: the draft's own token here, not a stand-in from along the answer
             if index < len(observed):
-                token, prob, entropy = observed[index]
+                (token, prob, entropy), real = observed[index], True
             elif 0 <= steps_beyond < len(beyond):
-                token, prob, entropy = beyond[steps_beyond]
+                (token, prob, entropy), real = beyond[steps_beyond], True
             else:
                 clamped = min(at, end - 1)  # past the answer's end: reuse its last entry
                 token, prob, entropy = along.tokens[clamped], along.probs[clamped], along.entropies[clamped]
+                real = rejected_at is None
             drafted += 1
             probs.append(prob)
             if rejected_at is None and at < end and token == reference[at]:
                 accepted += 1
             elif rejected_at is None:
                 rejected_at = at
-            on_reference = rejected_at is None
-            if (on_reference and token in eos) or not policy.keep_drafting(DraftStep(index, token, prob, entropy)):
+            if (real and token in eos) or not policy.keep_drafting(DraftStep(index, token, prob, entropy)):
                 break
         policy.end_round(drafted, accepted, probs)
         target_passes += 1
-        draft_passes += drafted
+        if drafted:
+            # catch up to the round's start one token per call, then a call per draft token but the last
+            draft_passes += prefill_calls + (position - fed) + (drafted - 1)
+            prefill_calls, fed = 0, position + min(accepted, drafted - 1)
         position += accepted + 1
     return target_passes, draft_passes
 
@@ -150,7 +157,7 @@ def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = Non
     seen = seen if seen is not None else observations(comparison)
     target_passes, draft_passes = replay_passes(policy, comparison.reference_ids(),
                                                 comparison.draft_along_reference, comparison.max_new_tokens,
-                                                eos_ids, seen)
+                                                eos_ids, seen, comparison.prompt_tokens)
     seconds = target_passes * costs.target_s + draft_passes * costs.draft_s
     speedup = comparison.baseline.wall_s / seconds if seconds > 0 else 0.0
     return Replay(policy.label, target_passes, draft_passes, seconds, speedup)

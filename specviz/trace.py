@@ -5,7 +5,8 @@ holds one prompt's baseline (target-only decoding) and the traces of every polic
 and is what the CLI writes as JSON and the app can load back without any model.
 
 Counting follows DESIGN.md: one target forward pass per round (the prompt prefill is merged
-into the first round), one draft forward pass per drafted token.
+into the first round); a draft pass is one draft forward call: one per drafted token, plus the
+catch-up calls and the prompt prefill of engine.Drafter, which `Round.draft_passes` counts.
 """
 
 from __future__ import annotations
@@ -29,12 +30,19 @@ class Round:
     accepted: int  # leading draft tokens the target kept
     target_id: int | None  # the target's own token: correction or bonus (None if the run ended first)
     draft_entropies: list[float] = field(default_factory=list)  # entropy (nats) of each draft distribution
+    # Draft forward calls this round: one per drafted token, plus catch-up calls (and the prompt's
+    # prefill in the first round that drafts); see engine.Drafter. Not given: one per drafted token.
+    draft_passes: int | None = None
     draft_s: float = 0.0
     verify_s: float = 0.0
     threshold: float | None = None  # confidence threshold in force, for threshold policies
     oracle_ideal: int | None = None  # the oracle's ideal lookahead at `position` (greedy runs)
     draft_texts: list[str] = field(default_factory=list)  # display text of each draft token
     target_text: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.draft_passes is None:
+            self.draft_passes = self.lookahead
 
     @property
     def lookahead(self) -> int:
@@ -84,11 +92,13 @@ class Trace:
 
     @property
     def draft_passes(self) -> int:
-        return sum(r.lookahead for r in self.rounds)
+        """Draft forward calls, catch-up calls included."""
+        return sum(r.draft_passes for r in self.rounds)
 
     @property
     def drafted(self) -> int:
-        return self.draft_passes
+        """Tokens the draft proposed."""
+        return sum(r.lookahead for r in self.rounds)
 
     @property
     def accepted(self) -> int:
@@ -151,10 +161,10 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 @dataclass
 class DraftAlongReference:
-    """What the draft proposes at every position of the target's greedy answer, as the oracle's
-    replay fed it that answer: its token, its probability and the entropy of its distribution.
-    The raw material of the oracle line and of the what-if sweep. (The answer's last position,
-    where no policy drafts, may be unseen: token -1.)"""
+    """What the draft proposes at every position of the target's greedy answer, given the answer
+    before it: its token, its probability and the entropy of its distribution. The raw material
+    of the oracle line and of the what-if sweep. (Files from older versions may hold token -1
+    where their replay never ran the draft.)"""
 
     tokens: list[int]
     probs: list[float]
@@ -313,4 +323,5 @@ def _round_dict(r: Round) -> dict[str, Any]:
 
 
 def _round_from_dict(d: dict[str, Any]) -> Round:
+    # A file from before catch-up calls were counted has no draft_passes: one per drafted token.
     return Round(**{k: d[k] for k in _ROUND_FIELDS if k in d})

@@ -96,7 +96,7 @@ def replay_step(trace: Trace, index: int, eos_ids: Collection[int] = ()) -> Repl
     return ReplayStep(label=trace.label, index=index, rounds=len(trace.rounds), context="".join(context),
                       tokens=tokens, stop=stop_reason(r, trace, eos_ids), added_text=added, added_kind=r.target_kind,
                       budget=r.budget, threshold=r.threshold, target_passes=index + 1,
-                      draft_passes=sum(x.lookahead for x in trace.rounds[: index + 1]))
+                      draft_passes=sum(x.draft_passes for x in trace.rounds[: index + 1]))
 
 
 def visible_whitespace(text: str) -> str:

@@ -4,7 +4,7 @@ the target's distribution, and parity with transformers' assisted generation."""
 import pytest
 import torch
 
-from specviz.engine import CachedModel, generate, target_only
+from specviz.engine import CachedModel, Drafter, TransformersDrafter, generate, target_only
 from specviz.hf_reference import hf_assisted
 from specviz.oracle import make_oracle
 from specviz.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
@@ -29,7 +29,8 @@ def test_every_greedy_policy_reproduces_target_only_decoding(tiny_pair, prompt):
 def test_pass_counts_follow_the_rounds(tiny_pair):
     trace = generate(tiny_pair, [1, 2, 3], Static(4), 40)
     assert trace.target_passes == len(trace.rounds)
-    assert trace.draft_passes == sum(len(r.draft_ids) for r in trace.rounds)
+    assert trace.drafted == sum(len(r.draft_ids) for r in trace.rounds)
+    assert trace.draft_passes == sum(r.draft_passes for r in trace.rounds)
     assert trace.new_tokens == sum(len(r.committed_ids) for r in trace.rounds) == 40
     assert all(r.lookahead <= 4 for r in trace.rounds)
     # the last round never drafts past the budget: one slot stays for the target's token
@@ -41,7 +42,7 @@ def test_pass_counts_follow_the_rounds(tiny_pair):
 def test_oracle_needs_fewest_target_passes_and_accepts_all_it_drafts(tiny_pair):
     prompt = [3, 1, 4, 1, 5]
     reference = target_only(tiny_pair, prompt, 60).token_ids
-    oracle, ideal, _ = make_oracle(tiny_pair, prompt, reference, 60)
+    oracle, ideal, _ = make_oracle(tiny_pair, prompt, reference)
     trace = generate(tiny_pair, prompt, oracle, 60)
     assert trace.token_ids == reference
     assert all(r.lookahead == r.accepted for r in trace.rounds)
@@ -82,14 +83,74 @@ def test_should_stop_ends_the_run_between_rounds(tiny_pair):
 @pytest.mark.parametrize("spec", [ModeSpec("static", {"num_assistant_tokens": 3}),
                                   ModeSpec("static", {"num_assistant_tokens": 1}),
                                   ModeSpec("heuristic", {"num_assistant_tokens": 5}),
-                                  ModeSpec("dynamic", {"assistant_confidence_threshold": 0.4, "max_tokens": 20})])
+                                  ModeSpec("dynamic", {"assistant_confidence_threshold": 0.4, "max_tokens": 20}),
+                                  ModeSpec("adaptive", {"assistant_confidence_threshold": 0.4, "max_tokens": 20})])
 @pytest.mark.parametrize("prompt", PROMPTS[:3])
 def test_parity_with_transformers_assisted_generation(tiny_pair, spec, prompt):
-    ours = generate(tiny_pair, prompt, make_policy(spec), 30)
     theirs = hf_assisted(tiny_pair, prompt, spec, 30)
+    # Fed as transformers feeds its assistant: the same tokens and passes of both models.
+    same_feeding = generate(tiny_pair, prompt, make_policy(spec), 30, feeding=TransformersDrafter)
+    assert same_feeding.token_ids == theirs.token_ids
+    assert same_feeding.target_passes == theirs.target_calls
+    assert same_feeding.draft_passes == theirs.draft_calls
+    # Fed one token per call (the default), an fp32 draft guesses the same tokens: the same rounds,
+    # and one more draft call per fully accepted round (plus the prompt's prefill).
+    ours = generate(tiny_pair, prompt, make_policy(spec), 30)
     assert ours.token_ids == theirs.token_ids
     assert ours.target_passes == theirs.target_calls
-    assert ours.draft_passes == theirs.draft_calls
+    assert ours.drafted == theirs.draft_calls
+    assert ours.draft_passes == theirs.draft_calls + expected_extra_calls(ours, len(prompt))
+
+
+def expected_extra_calls(trace, prompt_tokens):
+    """Draft calls beyond one per drafted token, by the rule of engine.Drafter: the prompt's
+    prefill at the first drafting round, and one catch-up call for every committed token the
+    cache lacks at a round's start but the last."""
+    extra, cached = 0, -1  # answer tokens the cache holds (-1: the prompt but its last token)
+    for r in trace.rounds:
+        if r.lookahead:
+            extra += (1 if cached == -1 and prompt_tokens > 1 else 0) + (r.position - cached - 1)
+            cached = r.position + min(r.accepted, r.lookahead - 1)
+    return extra
+
+
+@pytest.mark.parametrize("policy", greedy_policies(), ids=lambda p: p.label)
+def test_draft_calls_follow_the_catch_up_rule(tiny_pair, policy):
+    trace = generate(tiny_pair, PROMPTS[3], policy, 60)
+    assert trace.draft_passes == trace.drafted + expected_extra_calls(trace, len(PROMPTS[3]))
+
+
+def test_the_drafter_reads_one_token_per_call_after_the_prompt(tiny_pair):
+    """Every draft forward call after the prompt's prefill reads exactly one token, whatever the
+    round structure: what makes the draft's guesses a function of the text alone."""
+    lengths = []
+    hook = tiny_pair.draft.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        prompt = PROMPTS[2]
+        for policy in greedy_policies():
+            lengths.clear()
+            trace = generate(tiny_pair, prompt, policy, 40)
+            assert lengths[0] == len(prompt) - 1 and set(lengths[1:]) == {1}, policy.label
+            assert len(lengths) == trace.draft_passes
+    finally:
+        hook.remove()
+
+
+def test_the_drafter_keeps_what_still_holds_and_guesses_the_same(tiny_pair):
+    """Logits after a round trip through drafting, rejection and catch-up equal those of a drafter
+    fed the same text straight; the cache keeps exactly the shared prefix."""
+    prompt, text = [3, 1, 4, 1], [5, 9, 2, 6, 5]
+    with torch.inference_mode():
+        straight = Drafter(tiny_pair.draft, tiny_pair.vocab_size, tiny_pair.device, prompt)
+        expected = straight.start(prompt + text)
+        wandering = Drafter(tiny_pair.draft, tiny_pair.vocab_size, tiny_pair.device, prompt)
+        wandering.start(prompt + text[:1])
+        wandering.next(7)
+        wandering.next(7)  # two wrong draft tokens, then the round is over
+        assert torch.equal(wandering.start(prompt + text), expected)
+        assert wandering.tokens == prompt + text
+        assert wandering.passes == 1 + 2 + 2 + 4  # prefill, first start, two drafts, catch-up of four
 
 
 # ---- sampling keeps the target's distribution ---------------------------------------------

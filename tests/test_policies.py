@@ -69,8 +69,8 @@ def test_dynamic_threshold_zero_never_stops_early_and_one_stops_at_once():
     assert drafted_until_stop(Dynamic(1.0, 6), [0.9999] * 10) == 1
 
 
-def test_oracle_uses_its_budgets_then_the_ideal_line():
-    policy = Oracle({0: 4, 5: 0}, ideal=[4, 3, 2, 1, 0, 0, 7])
+def test_oracle_drafts_the_ideal_line():
+    policy = Oracle([4, 3, 2, 1, 0, 0, 7])
     assert policy.start_round(0) == 4
     assert policy.start_round(5) == 0
     assert policy.start_round(6) == 7

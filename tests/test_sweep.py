@@ -3,7 +3,7 @@
 import pytest
 
 from specviz.engine import generate, target_only
-from specviz.oracle import finish, oracle_replay
+from specviz.oracle import draft_along, finish
 from specviz.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
 from specviz.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 from specviz.trace import Comparison, DraftAlongReference
@@ -17,8 +17,8 @@ def tiny_comparison(tiny_pair):
     baseline = target_only(tiny_pair, PROMPT, MAX_NEW)
     traces = [generate(tiny_pair, PROMPT, policy, MAX_NEW) for policy in (Static(5), Heuristic(5), Dynamic(0.4))]
     return Comparison(preset="tiny", prompt="tiny", max_new_tokens=MAX_NEW, baseline=baseline, traces=traces,
-                      draft_along_reference=finish(oracle_replay(tiny_pair, PROMPT, baseline.token_ids,
-                                                                               MAX_NEW))[1])
+                      prompt_tokens=len(PROMPT),
+                      draft_along_reference=finish(draft_along(tiny_pair, PROMPT, baseline.token_ids)))
 
 
 @pytest.mark.parametrize("make", [lambda: Static(1), lambda: Static(3), lambda: Static(8), lambda: Static(20),
@@ -65,7 +65,11 @@ def test_replay_on_a_scripted_table():
     reference = [10, 11, 12, 13, 14, 15]
     along = DraftAlongReference(tokens=[10, 11, 12, 99, 14, 15], probs=[0.9, 0.9, 0.9, 0.3, 0.9, 0.9],
                                 entropies=[0.1] * 6)
-    # static 4: round at 0 drafts 4, accepts 3, target corrects 13 -> next round at 4 drafts 1 (room)
-    assert replay_passes(Static(4), reference, along, max_new_tokens=6) == (2, 5)
+    # static 4: round at 0 drafts 4, accepts 3, target corrects 13 -> next round at 4 drafts 1 (room).
+    # Draft calls: the prompt's prefill, 4 for the first round, 1 for the second (its start token)
+    assert replay_passes(Static(4), reference, along, max_new_tokens=6, prompt_tokens=5) == (2, 6)
+    assert replay_passes(Static(4), reference, along, max_new_tokens=6, prompt_tokens=1) == (2, 5)  # no prefill
     # dynamic 0.5: drafts 0..3, stops after the 0.3 token (still sent) -> same rounds
-    assert replay_passes(Dynamic(0.5, 20), reference, along, max_new_tokens=6) == (2, 5)
+    assert replay_passes(Dynamic(0.5, 20), reference, along, max_new_tokens=6, prompt_tokens=5) == (2, 6)
+    # static 3: all 3 accepted, bonus 13; the next round first catches up on the last draft token
+    assert replay_passes(Static(3), reference, along, max_new_tokens=6, prompt_tokens=5) == (2, 1 + 3 + 2)
