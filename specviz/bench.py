@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import generate, target_only
+from .engine import TransformersDrafter, generate, target_only
 from .errors import SpecVizError
 from .models import DEFAULT_PRESET, ModelPair, encode_prompt, get_pair, get_preset
 from .pipeline import Limits, compare, make_request
@@ -406,7 +406,9 @@ def pair_mode(pair: ModelPair, prompt_ids: list[int], spec: ModeSpec | None, max
     """Warm up once each, then alternate SpecViz and transformers `repeats` times.
 
     `spec=None` means target-only decoding. Returns both timing lists and, from the last run of
-    each side, (target passes, draft passes, tokens).
+    each side, (target passes, draft passes, tokens). SpecViz feeds its draft as transformers
+    does here (`TransformersDrafter`), so that both sides do the same work and the ratio measures
+    the engine alone; scripts/bench_feeding.py measures what SpecViz's exact feeding costs.
     """
     from .hf_reference import hf_assisted, hf_greedy
 
@@ -414,7 +416,7 @@ def pair_mode(pair: ModelPair, prompt_ids: list[int], spec: ModeSpec | None, max
         if spec is None:
             b = target_only(pair, prompt_ids, max_new_tokens)
             return b.wall_s, (b.target_passes, 0, b.token_ids)
-        t = generate(pair, prompt_ids, make_policy(spec), max_new_tokens)
+        t = generate(pair, prompt_ids, make_policy(spec), max_new_tokens, feeding=TransformersDrafter)
         return t.wall_s, (t.target_passes, t.draft_passes, t.token_ids)
 
     def theirs() -> tuple[float, tuple[int, int, list[int]]]:
