@@ -13,6 +13,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from html import escape as html_escape
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from specviz import api
 from specviz.analysis import measured_draft_cost_ratio
 from specviz.errors import SpecVizError
 from specviz.explain_plots import explain_figures
@@ -28,7 +30,8 @@ from specviz.heartbeat import with_heartbeat
 from specviz.models import DEFAULT_PRESET, PRESETS, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
 from specviz.pipeline import Limits, compare, make_request, run_comparison
 from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
-from specviz.presentation import PRESENT_CSS, TOGGLE_JS, presentation_requested
+from specviz.policies import DEFAULT_MODES
+from specviz.presentation import FOLLOW_JS, PRESENT_CSS, TOGGLE_JS, presentation_requested
 from specviz.render import LEGEND_HTML, SUMMARY_HEADERS, TOKEN_CSS, render_trace, summary_rows
 from specviz.sweep import sweep
 from specviz.ui_format import (
@@ -52,12 +55,10 @@ STUDY_URL = "https://huggingface.co/blog/dynamic_speculation_lookahead"
 
 INTRO_MD = f"""\
 ## SpecViz: where speculative decoding spends its work
-In **speculative decoding** a small *draft* model guesses the next few tokens and the big *target* \
-model checks them all in one forward pass, so the answer is exactly the target's own, only faster. \
-The **lookahead** is how many tokens the draft guesses per round: too short wastes target passes, \
-too long wastes draft passes on tokens that get thrown away. Each column runs one lookahead policy on \
-your prompt and colours every token by what happened to it; the chart compares each round's lookahead \
-with the oracle's ideal ([the study]({STUDY_URL})).
+A small *draft* model guesses the next tokens and the big *target* model checks them in one pass. Each \
+column runs one **lookahead** policy (how many tokens to guess per round) on your prompt and colours \
+every token by its fate; the chart compares each round's lookahead with the oracle's ideal \
+([the study]({STUDY_URL})).
 """
 
 APP_CSS = """
@@ -71,7 +72,7 @@ APP_CSS = """
 .specviz-col-detail { font-weight: normal; font-size: 15px; opacity: 0.8; }
 .specviz-placeholder { font-size: 17px; padding: 24px 8px; opacity: 0.7; font-style: italic; }
 .specviz-column[data-state="running"] .specviz-placeholder { opacity: 1; font-weight: bold; }
-#status { min-height: 56px; }
+#status { min-height: 44px; }
 .specviz-column { border: 1px solid rgba(128, 128, 128, 0.45); border-radius: 8px; padding: 6px 8px; }
 .specviz-column[data-state="running"] { border: 2px solid #0072B2; }
 #replay { outline: none; }
@@ -117,6 +118,9 @@ REPLAY_JS = """
   });
 }
 """
+
+# The page's one load-time script: replay keys, and columns that follow the live edge.
+PAGE_JS = f"() => {{ ({REPLAY_JS.strip()})(); ({FOLLOW_JS.strip()})(); }}"
 
 # Model work is serialized: a run cancelled by Stop finishes its current step in a worker thread,
 # and the next run must not start computing on the shared pair until that step is over.
@@ -407,6 +411,70 @@ def show_example(example):
     return (example.prompt, *_shown(comparison, message))
 
 
+# ---- the public API: what a script calls (gradio_client), data in and out ---------------------
+
+
+API_SERVER_ERROR = "Something went wrong on the server; the error was logged."
+
+
+def _api_call(work, *args):
+    """A public endpoint's work; a SpecVizError (bad input, unknown preset or example, a pair that
+    cannot load) becomes the client's error message, anything else is logged."""
+    try:
+        return work(*args)
+    except SpecVizError as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    except Exception:
+        logger.exception("API call failed")
+        raise gr.Error(API_SERVER_ERROR, print_exception=False) from None
+
+
+def compare_api(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128,
+                modes: str = DEFAULT_MODES, temperature: float = 0.0, seed: int = 0) -> Iterator[dict]:
+    """Run a prompt through each lookahead policy (modes, e.g. "static:5,heuristic:5,dynamic:0.4,oracle";
+    also adaptive:T0 and entropy:H) and target-only decoding on the model pair `preset` (see /presets),
+    greedy at temperature 0 or sampled with `seed`, for at most max_new_tokens new tokens. Returns the
+    comparison as JSON, the same as `python -m specviz compare --json`: per policy its tokens, every
+    round (draft tokens, probabilities, accepted count), target and draft passes, times and the lossless
+    check. Streams: the comparison so far after each policy; the last value is the whole comparison.
+
+    Args:
+        prompt: the question or task; the pair's chat template is applied
+        preset: the model pair, a name from the presets endpoint
+        max_new_tokens: at most this many new tokens (1 to the server's limit, 512 by default)
+        modes: the policies, as on the command line
+        temperature: 0 for greedy decoding (lossless, and the oracle runs); above 0 samples
+        seed: the sampling seed (used only when temperature is above 0)
+    """
+    try:
+        yield from api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK)
+    except SpecVizError as error:
+        raise gr.Error(str(error), print_exception=False) from None
+    except Exception:
+        logger.exception("API call failed")
+        raise gr.Error(API_SERVER_ERROR, print_exception=False) from None
+
+
+def presets_api() -> list:
+    """The model pairs a comparison can run on: name, description, target and draft, and whether
+    the pair is bundled (offline)."""
+    return _api_call(api.presets)
+
+
+def examples_api() -> list:
+    """The example prompts the page offers: name and prompt."""
+    return _api_call(api.examples)
+
+
+def example_api(name: str) -> dict:
+    """An example's comparison, computed ahead (no model runs), in the same JSON as `compare`.
+
+    Args:
+        name: the example's name, one of those from the `examples` endpoint
+    """
+    return _api_call(api.example, name)
+
+
 def _preloading() -> bool:
     return os.environ.get("SPECVIZ_PRELOAD", "1") != "0"
 
@@ -429,10 +497,12 @@ def build_demo() -> gr.Blocks:
     examples = load_examples()
     with gr.Blocks(title="SpecViz: speculative decoding lookahead", fill_width=True,
                    analytics_enabled=False) as demo:
+        # The first screen holds the prompt, Run, the examples and one row of settings, so that the
+        # four columns and their first tokens are in view at 1280x720 without scrolling.
         gr.Markdown(INTRO_MD, elem_id="specviz-intro")
-        with gr.Row(equal_height=False):
+        with gr.Row(equal_height=False, elem_id="top"):
             with gr.Column(scale=3, min_width=360):
-                prompt = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
+                prompt = gr.Textbox(label="Prompt", lines=2, max_lines=8, elem_id="prompt",
                                     placeholder="Ask a question or give a task, or pick an example below",
                                     value=examples[0].prompt if examples else "")
                 example_buttons = []
@@ -443,41 +513,43 @@ def build_demo() -> gr.Blocks:
                             example_buttons.append(gr.Button(example.name, size="sm", elem_id=f"example-{index}",
                                                              elem_classes=["specviz-example"]))
             with gr.Column(scale=2, min_width=320):
-                preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
-                                     info=preset_info(PRESETS, DEFAULT_PRESET), elem_id="preset")
-                max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
-                                       value=min(128, limits.max_new_tokens), step=1,
-                                       label="Max new tokens", elem_id="max-new-tokens")
-                with gr.Accordion("Policy settings", open=False, elem_id="policy-settings"):
-                    with gr.Row():
-                        static_k = gr.Number(5, label="static k", precision=0, minimum=1, maximum=64,
-                                             elem_id="static-k")
-                        heuristic_k = gr.Number(5, label="heuristic starting k", precision=0, minimum=1,
-                                                maximum=64, elem_id="heuristic-k")
-                    with gr.Row():
-                        threshold = gr.Number(0.4, label="dynamic threshold", minimum=0, maximum=1, step=0.05,
-                                              elem_id="dynamic-threshold")
-                        dynamic_max = gr.Number(20, label="dynamic max tokens", precision=0, minimum=1,
-                                                maximum=64, elem_id="dynamic-max")
-                    with gr.Row():
-                        adaptive_on = gr.Checkbox(False, label="adaptive column", elem_id="adaptive-on",
-                                                  info="dynamic, threshold re-fitted every round")
-                        adaptive_t0 = gr.Number(0.4, label="adaptive start threshold", minimum=0, maximum=1,
-                                                step=0.05, elem_id="adaptive-t0")
-                    with gr.Row():
-                        entropy_on = gr.Checkbox(False, label="entropy column", elem_id="entropy-on",
-                                                 info="stop when the draft is unsure")
-                        entropy_h = gr.Number(1.0, label="entropy bound (nats)", minimum=0, step=0.1,
-                                              elem_id="entropy-h")
+                with gr.Row(elem_id="settings-row"):
+                    preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
+                                         info=preset_info(PRESETS, DEFAULT_PRESET), elem_id="preset", scale=3,
+                                         min_width=150)
+                    max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
+                                           value=min(128, limits.max_new_tokens), step=1,
+                                           label="Max new tokens", elem_id="max-new-tokens", scale=3,
+                                           min_width=150)
+                with gr.Row(elem_id="run-row"):
+                    run_button = gr.Button("Run", variant="primary", elem_id="run", scale=2)
+                    stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
+        with gr.Row(equal_height=True, elem_id="options-row"):
+            with gr.Accordion("Policy settings, temperature and seed", open=False, elem_id="policy-settings"):
+                with gr.Row():
+                    static_k = gr.Number(5, label="static k", precision=0, minimum=1, maximum=64,
+                                         elem_id="static-k")
+                    heuristic_k = gr.Number(5, label="heuristic starting k", precision=0, minimum=1,
+                                            maximum=64, elem_id="heuristic-k")
+                    threshold = gr.Number(0.4, label="dynamic threshold", minimum=0, maximum=1, step=0.05,
+                                          elem_id="dynamic-threshold")
+                    dynamic_max = gr.Number(20, label="dynamic max tokens", precision=0, minimum=1,
+                                            maximum=64, elem_id="dynamic-max")
+                with gr.Row():
+                    adaptive_on = gr.Checkbox(False, label="adaptive column", elem_id="adaptive-on",
+                                              info="dynamic, threshold re-fitted every round")
+                    adaptive_t0 = gr.Number(0.4, label="adaptive start threshold", minimum=0, maximum=1,
+                                            step=0.05, elem_id="adaptive-t0")
+                    entropy_on = gr.Checkbox(False, label="entropy column", elem_id="entropy-on",
+                                             info="stop when the draft is unsure")
+                    entropy_h = gr.Number(1.0, label="entropy bound (nats)", minimum=0, step=0.1,
+                                          elem_id="entropy-h")
                 with gr.Row():
                     temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
                                             elem_id="temperature")
                     seed = gr.Number(1, label="Seed (sampling)", precision=0, minimum=0, elem_id="seed")
-                with gr.Row():
-                    run_button = gr.Button("Run", variant="primary", elem_id="run")
-                    stop_button = gr.Button("Stop", variant="stop", elem_id="stop")
-                present = gr.Checkbox(False, label="Presentation mode (large text, columns and lookahead only; "
-                                      "or open the page with ?present=1)", elem_id="present")
+            present = gr.Checkbox(False, label="Presentation mode (or ?present=1)", elem_id="present", scale=0,
+                                  min_width=260)
         model_line = gr.HTML(load_status_html(load_state(DEFAULT_PRESET), DEFAULT_PRESET), elem_id="model-status")
         status = gr.HTML(status_html("Pick an example to see a comparison at once, or type a prompt and press Run "
                                      "(about 30 s for 128 tokens, shown round by round).", "idle"), elem_id="status")
@@ -538,12 +610,14 @@ def build_demo() -> gr.Blocks:
         eos_state = gr.State([])
 
         preset.change(lambda name: gr.Dropdown(info=preset_info(PRESETS, name)), preset, preset,
-                      queue=False, show_progress="hidden")
-        model_timer.tick(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden")
-        demo.load(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden")
+                      queue=False, show_progress="hidden", api_visibility="private")
+        model_timer.tick(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden",
+                         api_visibility="private")
+        demo.load(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden",
+                  api_visibility="private")
         for checkbox, box in zip([adaptive_on, entropy_on], extra_boxes):
             checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False,
-                            show_progress="hidden")
+                            show_progress="hidden", api_visibility="private")
         view_outputs = [sweep_plot, sweep_table, sweep_note, draft_cost, calibration_plot, positions_plot, work_plot,
                         threshold_plot, replay_policy, replay_round,
                         replay_panel, *extra_boxes]
@@ -553,49 +627,59 @@ def build_demo() -> gr.Blocks:
                     adaptive_on, adaptive_t0, entropy_on, entropy_h],
             outputs=[status, *columns, lookahead_plot, progress_plot, summary, last, eos_state],
             show_progress="full", show_progress_on=[status], concurrency_id="specviz-model",
-            api_name="compare",
+            api_visibility="private",  # scripts call the `compare` endpoint below: data in, JSON out
             # After Stop the frontend may still count the cancelled run as pending; "once" would then
             # swallow the next click on Run. Runs are serialized by the queue either way.
             trigger_mode="multiple",
         )
         # The views need no model: they run outside the model queue, right after the run ends.
-        run_event.then(views, [last, eos_state], view_outputs, show_progress="hidden",
+        run_event.then(views, [last, eos_state], view_outputs, show_progress="hidden", api_visibility="private",
                        concurrency_id="specviz-views", concurrency_limit=None).then(
-            exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
+            exports, [last, eos_state], [downloads, export_note], show_progress="hidden", api_visibility="private",
             concurrency_id="specviz-export")
         stop_button.click(stop, inputs=[last], outputs=[status, *columns], cancels=[run_event],
-                          show_progress="hidden", concurrency_id="specviz-stop", concurrency_limit=None)
+                          show_progress="hidden", api_visibility="private", concurrency_id="specviz-stop",
+                          concurrency_limit=None)
         upload.upload(import_json, upload, [status, *columns, lookahead_plot, progress_plot, summary, last, eos_state],
-                      show_progress="hidden", concurrency_id="specviz-views", concurrency_limit=None).then(
-            views, [last, eos_state], view_outputs, show_progress="hidden", concurrency_id="specviz-views",
-            concurrency_limit=None).then(
-            exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
+                      show_progress="hidden", api_visibility="private", concurrency_id="specviz-views",
+                      concurrency_limit=None).then(
+            views, [last, eos_state], view_outputs, show_progress="hidden", api_visibility="private",
+            concurrency_id="specviz-views", concurrency_limit=None).then(
+            exports, [last, eos_state], [downloads, export_note], show_progress="hidden", api_visibility="private",
             concurrency_id="specviz-export").then(
-            lambda: None, None, upload, queue=False, show_progress="hidden")  # ready for the next file
+            # ready for the next file
+            lambda: None, None, upload, queue=False, show_progress="hidden", api_visibility="private")
         view_all = [status, *columns, lookahead_plot, progress_plot, summary, last, eos_state]
         for button, example in zip(example_buttons, examples):
             # No model work: outside the model queue, so an example opens at once even during a run.
             button.click(lambda e=example: show_example(e), None, [prompt, *view_all], show_progress="hidden",
-                         concurrency_id="specviz-views", concurrency_limit=None).then(
-                views, [last, eos_state], view_outputs, show_progress="hidden", concurrency_id="specviz-views",
-                concurrency_limit=None).then(
-                exports, [last, eos_state], [downloads, export_note], show_progress="hidden",
+                         api_visibility="private", concurrency_id="specviz-views", concurrency_limit=None).then(
+                views, [last, eos_state], view_outputs, show_progress="hidden", api_visibility="private",
+                concurrency_id="specviz-views", concurrency_limit=None).then(
+                exports, [last, eos_state], [downloads, export_note], show_progress="hidden", api_visibility="private",
                 concurrency_id="specviz-export")
         draft_cost.release(what_if, [last, eos_state, draft_cost], [sweep_plot, sweep_table], show_progress="hidden",
-                           concurrency_id="specviz-views", concurrency_limit=None)
-        present.change(None, present, None, js=TOGGLE_JS, queue=False, show_progress="hidden")
-        demo.load(presentation_from_url, None, present, queue=False, show_progress="hidden")
+                           api_visibility="private", concurrency_id="specviz-views", concurrency_limit=None)
+        present.change(None, present, None, js=TOGGLE_JS, queue=False, show_progress="hidden",
+                       api_visibility="private")
+        demo.load(presentation_from_url, None, present, queue=False, show_progress="hidden", api_visibility="private")
         png_button.click(lambda c, e: exports(c, e, png=True), [last, eos_state], [downloads, export_note],
-                         concurrency_id="specviz-export")
+                         concurrency_id="specviz-export", api_visibility="private")
         replay_policy.input(replay_pick, [last, replay_policy, eos_state], [replay_round, replay_panel],
-                            queue=False, show_progress="hidden")
+                            queue=False, show_progress="hidden", api_visibility="private")
         replay_round.release(lambda c, label, n, e: replay_move(c, label, n, e, 0),
                              [last, replay_policy, replay_round, eos_state], [replay_round, replay_panel],
-                             queue=False, show_progress="hidden")
+                             queue=False, show_progress="hidden", api_visibility="private")
         for button, delta in ((prev_button, -1), (next_button, 1)):
             button.click(lambda c, label, n, e, d=delta: replay_move(c, label, n, e, d),
                          [last, replay_policy, replay_round, eos_state], [replay_round, replay_panel],
-                         queue=False, show_progress="hidden")
+                         queue=False, show_progress="hidden", api_visibility="private")
+        # The public API (the "Use via API" page of a Space): data in, data out. Model work shares the
+        # page's queue slot and lock, so a script and a visitor never compute on the pair at once.
+        gr.api(compare_api, api_name="compare", concurrency_id="specviz-model")
+        gr.api(presets_api, api_name="presets", queue=False)
+        gr.api(examples_api, api_name="examples", queue=False)
+        gr.api(example_api, api_name="example", concurrency_id="specviz-views", concurrency_limit=None)
     demo.queue(default_concurrency_limit=1, max_size=limits.queue_size)
     return demo
 
@@ -624,7 +708,7 @@ def main(argv: list[str] | None = None) -> None:
     if _preloading():
         threading.Thread(target=_preload, name="specviz-preload", daemon=True).start()
     demo.launch(server_name=options.host, server_port=options.port, share=options.share,
-                theme=THEME, css=TOKEN_CSS + APP_CSS + PRESENT_CSS, js=REPLAY_JS, max_file_size=MAX_IMPORT_BYTES)
+                theme=THEME, css=TOKEN_CSS + APP_CSS + PRESENT_CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES)
 
 
 if __name__ == "__main__":

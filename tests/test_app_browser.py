@@ -223,3 +223,44 @@ def test_stop_mid_run_keeps_the_page_and_the_model_working(app_url, browser):
                            timeout=30_000)
     page.close()
     assert "Traceback" not in log_path.read_text()
+
+
+# While a run streams in presentation mode, record for the running column whether its newest token
+# was inside both the column's window and the viewport after each update.
+WATCH_LIVE_EDGE_JS = """() => {
+  const seen = window.__liveEdge = [];
+  new MutationObserver(() => requestAnimationFrame(() => {
+    const running = document.querySelector('#columns .specviz-column[data-state="running"]');
+    if (!running) return;
+    const tokens = running.querySelectorAll('.specviz-tokens .tok');
+    if (tokens.length < 2) return;
+    const last = tokens[tokens.length - 1].getBoundingClientRect();
+    const frame = running.closest('.specviz-col').getBoundingClientRect();
+    seen.push({policy: running.dataset.policy, tokens: tokens.length,
+               inView: last.bottom <= Math.min(frame.bottom, window.innerHeight) + 1 && last.top >= frame.top - 1,
+               overflows: running.closest('.specviz-col').scrollHeight > frame.height + 1});
+  })).observe(document.querySelector('#columns'), {subtree: true, childList: true});
+}"""
+
+
+def test_presentation_mode_follows_the_newest_tokens(app_url, browser):
+    """At 1280x720 in presentation mode each column is a window that keeps its newest token in view
+    while the run streams; afterwards the whole answer can be scrolled to."""
+    url, log_path = app_url
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.goto(url + "?present=1")
+    page.wait_for_function("() => document.body.classList.contains('specviz-present')", timeout=60_000)
+    page.evaluate(WATCH_LIVE_EDGE_JS)
+    page.click("#run")  # the example prompt, 128 new tokens: longer than a column's window
+    page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)
+    seen = page.evaluate("() => window.__liveEdge")
+    overflowing = [s for s in seen if s["overflows"]]
+    assert overflowing, "the answers never outgrew the column windows: nothing to follow"
+    assert all(s["inView"] for s in seen), [s for s in seen if not s["inView"]][:5]
+    # After the run the column's window scrolls back to the answer's first token.
+    col = page.locator("#col-static")
+    col.evaluate("el => { el.scrollTop = 0; }")
+    first = page.evaluate("() => document.querySelector('#col-static .specviz-tokens .tok').getBoundingClientRect().top")
+    assert 0 <= first <= 720
+    page.close()
+    assert "Traceback" not in log_path.read_text()

@@ -26,6 +26,7 @@ def start_run(page, url, temperature: float = 0.0, seed: int = 1) -> None:
     page.goto(url)
     page.wait_for_selector("#run", timeout=60_000)
     set_box(page.locator("#max-new-tokens input[type=number]"), str(TOKENS), key="Enter")
+    page.click("#policy-settings")  # temperature and seed live there, one click away
     for elem, value in (("#temperature", temperature), ("#seed", seed)):
         set_box(page.locator(f"{elem} input"), str(value))
     page.click("#run")

@@ -84,3 +84,36 @@ def test_a_model_that_cannot_load_says_why_in_the_page(tmp_path, browser):
     log = (tmp_path / "app.log").read_text()
     assert log.count("Preloading the default model pair failed") == 1 and "Traceback" not in log
     assert log.count("Loading smollm2-135m-int8 failed") == 2
+
+
+FIRST_TOKENS_IN_VIEW = """(ps) => ps.map(p => {
+  const token = document.querySelector('#col-' + p + ' .specviz-tokens .tok');
+  const box = token && token.getBoundingClientRect();
+  return {policy: p, bottom: box ? box.bottom : null, right: box ? box.right : null};
+})"""
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (1280, 720)])
+def test_the_first_screen_shows_prompt_run_and_the_columns_first_tokens(tmp_path, browser, width, height):
+    """After a page load and an example click, without scrolling: the prompt, Run, and the first
+    coloured token of each of the four columns are inside the viewport; nothing scrolls sideways."""
+    proc, url = start_app(tmp_path / "app.log", SPECVIZ_PRELOAD="0")
+    try:
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(url)
+        page.wait_for_selector("#example-0", timeout=60_000)
+        for selector in ("#prompt textarea", "#run", "#example-0"):
+            box = page.locator(selector).first.bounding_box()
+            assert box and box["y"] + box["height"] <= height, (selector, box)
+        page.click("#example-0")
+        page.wait_for_function("(ps) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))",
+                               arg=POLICIES, timeout=30_000)
+        page.screenshot(path=str(tmp_path / f"first-screen-{width}x{height}.png"))
+        assert page.evaluate("() => window.scrollY") == 0
+        for token in page.evaluate(FIRST_TOKENS_IN_VIEW, POLICIES):
+            assert token["bottom"] is not None and token["bottom"] <= height, token
+            assert token["right"] <= width, token
+        assert page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth") <= 0
+        page.close()
+    finally:
+        stop_app(proc)

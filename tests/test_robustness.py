@@ -1,6 +1,6 @@
 """Issue 6, in process: hostile and odd input through the app's own `run` handler.
 
-`app.run` is the generator Gradio calls for "Run" (and for the `/compare` API). It is driven here
+`app.run` is the generator Gradio calls for "Run" (scripts use the `/compare` endpoint). It is driven here
 directly; its last output is what the page finally shows. Every
 bad input must end with a status line in the error state that says what is wrong, no traceback,
 and the next valid request must still work. Widget-level limits (slider minimum, number box

@@ -1,5 +1,6 @@
-"""Issue 6 against a running app: the /compare API with bad input, a hub preset offline, eight
-clients at once, and a client that goes away mid-run.
+"""The app's public API against a running app, as a script uses it (gradio_client): what it lists,
+/compare's JSON against the CLI's, bad input, a hub preset offline, eight clients at once, and a
+client that goes away mid-run.
 
 Starts `python app.py --port <free port>` (SPECVIZ_PRELOAD default, hub offline) and talks to it
 with gradio_client, as any visitor's script could.
@@ -7,11 +8,11 @@ with gradio_client, as any visitor's script could.
 
 from __future__ import annotations
 
-import html
 import re
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -42,30 +43,14 @@ def client_for(url: str):
     return gradio_client.Client(url, verbose=False)
 
 
-def compare(client, prompt: str, **settings):
-    args = {"prompt": prompt, "preset": "smollm2-135m-int8", "max_new_tokens": TOKENS, "static_k": 5,
-            "heuristic_k": 5, "threshold": 0.4, "dynamic_max": 20, **settings}
+def compare(client, prompt: str, **settings) -> dict:
+    """The /compare endpoint as a script calls it: the final comparison, as JSON."""
+    args = {"prompt": prompt, "preset": "smollm2-135m-int8", "max_new_tokens": TOKENS, **settings}
     return client.predict(**args, api_name="/compare")
 
 
-def status_and_columns(outputs) -> tuple[str, list[str]]:
-    texts = [o for o in outputs if isinstance(o, str)]
-    status = next(t for t in texts if "specviz-status" in t)
-    return status, [t for t in texts if 'class="specviz-column"' in t]
-
-
-def state_of(status: str) -> str:
-    return re.search(r'data-state="([a-z]+)"', status).group(1)
-
-
-def message_of(status: str) -> str:
-    return html.unescape(re.sub(r"<[^>]+>", "", status))
-
-
-def answer_texts(columns: list[str]) -> list[str]:
-    from tests.test_robustness import answer_text
-
-    return [answer_text(c) for c in columns if 'data-state="done"' in c]
+def answer_texts(comparison: dict) -> list[str]:
+    return [mode["text"] for mode in comparison["modes"]]
 
 
 def assert_no_traceback_from_us(log_path: Path) -> None:
@@ -82,37 +67,94 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def test_the_api_refuses_what_the_widgets_would_not_allow(served):
-    from specviz.models import PRESETS
+PUBLIC_ENDPOINTS = {"/compare", "/presets", "/examples", "/example"}
 
+
+def test_the_api_lists_only_what_a_script_calls(served):
+    _, url, _ = served
+    api = client_for(url).view_api(return_format="dict", print_info=False)
+    assert set(api["named_endpoints"]) == PUBLIC_ENDPOINTS and not api["unnamed_endpoints"]
+    compare_api = api["named_endpoints"]["/compare"]
+    assert [p["parameter_name"] for p in compare_api["parameters"]] == [
+        "prompt", "preset", "max_new_tokens", "modes", "temperature", "seed"]
+    assert "python -m specviz compare --json" in compare_api["description"]
+    for name in PUBLIC_ENDPOINTS:
+        assert api["named_endpoints"][name]["description"], name
+
+
+def test_presets_and_examples_are_data(served):
+    from specviz.models import PRESETS
+    from specviz.ui_import import load_examples
+
+    _, url, _ = served
+    client = client_for(url)
+    presets = client.predict(api_name="/presets")
+    assert [p["name"] for p in presets] == list(PRESETS)
+    assert {p["name"] for p in presets if p["offline"]} == {"smollm2-135m-int8", "smollm2-135m-bf16"}
+    examples = client.predict(api_name="/examples")
+    assert [e["name"] for e in examples] == [e.name for e in load_examples()]
+    stored = client.predict(name=examples[0]["name"], api_name="/example")
+    assert stored["prompt"] == examples[0]["prompt"] and stored["baseline"]["token_ids"]
+    with pytest.raises(gradio_client.exceptions.AppError, match="Unknown example 'nope'"):
+        client.predict(name="nope", api_name="/example")
+
+
+def test_compare_returns_what_the_cli_writes(served, tmp_path):
+    """The same request through the API and through `python -m specviz compare --json`: the same
+    schema, the same tokens and passes (greedy decoding is deterministic), every policy lossless."""
+    import json
+    import subprocess
+    import sys
+
+    _, url, _ = served
+    prompt = "Write a Python function that reverses a string."
+    ours = compare(client_for(url), prompt, max_new_tokens=20)
+    path = tmp_path / "cli.json"
+    subprocess.run([sys.executable, "-m", "specviz", "compare", "--prompt", prompt, "--max-new-tokens", "20",
+                    "--json", str(path)], cwd=ROOT, check=True, capture_output=True, timeout=600)
+    cli = json.loads(path.read_text())
+    assert set(ours) == set(cli)
+    assert [m["name"] for m in ours["modes"]] == [m["name"] for m in cli["modes"]]
+    for mine, theirs in zip(ours["modes"], cli["modes"]):
+        assert set(mine) == set(theirs)
+        assert mine["lossless"] is True
+        assert (mine["token_ids"], mine["target_passes"], mine["draft_passes"]) == \
+            (theirs["token_ids"], theirs["target_passes"], theirs["draft_passes"]), mine["name"]
+        assert [set(r) for r in mine["rounds"]] == [set(r) for r in theirs["rounds"]]
+    assert ours["baseline"]["token_ids"] == cli["baseline"]["token_ids"]
+
+
+def test_compare_streams_the_comparison_as_it_grows(served):
+    _, url, _ = served
+    seen = list(client_for(url).submit(prompt="Name a fruit.", preset="smollm2-135m-int8", max_new_tokens=TOKENS,
+                                       api_name="/compare"))
+    # after each policy, then once more when target-only decoding has run and the check is made
+    assert [len(c["modes"]) for c in seen] == [1, 2, 3, 4, 4]
+    assert seen[-2]["baseline"] is None and seen[-1]["baseline"] is not None
+    assert all(m["lossless"] for m in seen[-1]["modes"])
+
+
+def test_bad_input_is_a_clear_error_and_the_app_still_serves(served):
     _, url, log_path = served
     client = client_for(url)
-    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]["/compare"]
-    preset = next(p for p in api["parameters"] if p["parameter_name"] == "preset")
-    assert preset["type"]["enum"] == list(PRESETS)
-
     refused = [
-        ({"preset": "gpt-17"}, "not in the list of choices"),
-        ({"preset": "../../../etc/passwd"}, "not in the list of choices"),
-        ({"preset": "Qwen/Qwen2.5-0.5B-Instruct|Qwen/Qwen2.5-0.5B-Instruct"}, "not in the list of choices"),
-        ({"max_new_tokens": 0}, "less than minimum"),
-        ({"max_new_tokens": -1}, "less than minimum"),
-        ({"max_new_tokens": 100_000}, "greater than maximum"),
-        ({"static_k": 0}, "less than minimum"),
-        ({"heuristic_k": 1000}, "greater than maximum"),
-        ({"threshold": -0.5}, "less than minimum"),
-        ({"threshold": 1.5}, "greater than maximum"),
+        ({"prompt": ""}, "The prompt is empty"),
+        ({"prompt": "  \n\t "}, "The prompt is empty"),
+        ({"max_new_tokens": 10**6}, "Max new tokens must be between 1 and 512"),
+        ({"max_new_tokens": 0}, "Max new tokens must be between 1 and 512"),
+        ({"preset": "gpt-17"}, "Unknown preset 'gpt-17'"),
+        ({"preset": "../../../etc/passwd"}, "Unknown preset"),
+        ({"modes": "static:0"}, "between 1 and"),
+        ({"modes": "dynamic:1.5"}, "threshold"),
+        ({"modes": "warp:9"}, "Unknown mode 'warp'"),
+        ({"temperature": 5.0}, "Temperature"),
+        ({"prompt": "The quick brown fox. " * 5000}, "this server accepts at most 2048 prompt tokens"),
     ]
     for settings, says in refused:
         args = {"prompt": "Name a fruit.", **settings}
-        with pytest.raises(gradio_client.exceptions.AppError, match=says):
+        with pytest.raises(gradio_client.exceptions.AppError, match=re.escape(says)):
             compare(client, **args)
-
-    for prompt, says in [("", "The prompt is empty"), ("  \n\t ", "The prompt is empty"),
-                         ("The quick brown fox. " * 5000, "this server accepts at most 2048 prompt tokens")]:
-        status, columns = status_and_columns(compare(client, prompt))
-        assert state_of(status) == "error" and says in message_of(status), message_of(status)
-        assert all('data-state="running"' not in c for c in columns)
+    assert len(answer_texts(compare(client, "Name a fruit."))) == 4
     assert_no_traceback_from_us(log_path)
 
 
@@ -120,15 +162,14 @@ def test_a_hub_preset_offline_fails_fast_and_bundled_presets_still_work(served):
     _, url, _ = served
     client = client_for(url)
     started = time.monotonic()
-    status, columns = status_and_columns(compare(client, "Name a fruit.", preset="smollm2-1.7b"))
+    with pytest.raises(gradio_client.exceptions.AppError) as refused:
+        compare(client, "Name a fruit.", preset="smollm2-1.7b")
     took = time.monotonic() - started
-    assert state_of(status) == "error"
-    assert "'smollm2-1.7b'" in message_of(status) and "HuggingFaceTB/SmolLM2-1.7B-Instruct" in message_of(status)
-    assert "work offline" in message_of(status)
+    message = str(refused.value)
+    assert "'smollm2-1.7b'" in message and "HuggingFaceTB/SmolLM2-1.7B-Instruct" in message
+    assert "work offline" in message
     assert took < 60, f"the offline hub preset took {took:.0f} s to fail"
-    status, columns = status_and_columns(compare(client, "Name a fruit."))
-    assert state_of(status) == "done", message_of(status)
-    assert len(answer_texts(columns)) == 4
+    assert len(answer_texts(compare(client, "Name a fruit."))) == 4
 
 
 def test_eight_clients_at_once_each_get_their_own_answer(served, bundled_pair):
@@ -159,10 +200,8 @@ def test_eight_clients_at_once_each_get_their_own_answer(served, bundled_pair):
     assert not errors and len(results) == len(PROMPTS), errors
     # Each client's columns hold its own prompt's answer: target-only greedy decoding of that prompt.
     for prompt in PROMPTS:
-        status, columns = status_and_columns(results[prompt])
-        assert state_of(status) == "done", (prompt, message_of(status))
-        texts = answer_texts(columns)
-        assert len(texts) == 4, prompt
+        texts = answer_texts(results[prompt])
+        assert results[prompt]["prompt"] == prompt and len(texts) == 4, prompt
         expected = bundled_pair.tokenizer.decode(
             target_only(bundled_pair, encode_prompt(bundled_pair, prompt), TOKENS).token_ids, skip_special_tokens=True)
         assert set(texts) == {expected}, (prompt, texts, expected)
@@ -197,7 +236,7 @@ def start_and_drop(url: str, prompt: str, max_new_tokens: int) -> None:
     response = stream.getresponse()
     deadline = time.monotonic() + 300
     seen = b""
-    while seen.count(b"process_generating") < 2:  # the second output: the model work has started
+    while seen.count(b"process_generating") < 1:  # the first policy's result: the model work is under way
         assert time.monotonic() < deadline, seen[-500:]
         line = response.fp.readline()
         assert line, "the stream ended before the run started"
@@ -211,10 +250,9 @@ def test_a_client_that_goes_away_frees_its_slot(served):
     long_prompt = "Write a long story about a lighthouse keeper."
     start_and_drop(url, long_prompt, 64)
     started = time.monotonic()
-    status, _ = status_and_columns(compare(client_for(url), "Name a fruit."))
+    assert len(answer_texts(compare(client_for(url), "Name a fruit."))) == 4
     took = time.monotonic() - started
     print(f"\nafter a client left mid-run, the next request finished in {took:.1f} s")
-    assert state_of(status) == "done", message_of(status)
     # The dropped run was cut short: no "run finished" between its start and the next run's start.
     log = log_path.read_text()
     dropped = log.rindex(f"prompt_chars={len(long_prompt)}")
@@ -234,18 +272,15 @@ def call_raw(url: str, api_name: str, data: list) -> str:
         return response.read().decode()
 
 
-def test_no_visitor_path_reaches_the_file_system(served, tmp_path):
-    """The import reads only files Gradio itself received as uploads: a path sent in the request is refused
-    before the handler runs, whatever it names."""
-    from gradio_client import handle_file
-
+def test_the_page_s_own_events_are_not_callable_by_name(served):
+    """The import (a file path in the request) and the page's other events are kept out of the API:
+    a script naming them gets an error, whatever it sends."""
     _, url, _ = served
-    for path in ("/etc/hostname", str(ROOT / "README.md"), "../../../../etc/passwd", "assets/examples.json"):
-        events = call_raw(url, "import_json", [{"path": path, "meta": {"_type": "gradio.FileData"}}])
-        assert "event: error" in events and "Imported" not in events, (path, events[:300])
-    # A real upload of something that is not a comparison: a clear message, no traceback.
-    bogus = tmp_path / "evil name <script>.json"
-    bogus.write_text('{"hello": 1}')
-    outputs = client_for(url).predict(handle_file(str(bogus)), api_name="/import_json")
-    status = next(o for o in outputs if isinstance(o, str) and "specviz-status" in o)
-    assert state_of(status) == "error" and "not a SpecViz comparison" in message_of(status), status
+    for api_name, data in (("import_json", [{"path": "/etc/hostname", "meta": {"_type": "gradio.FileData"}}]),
+                           ("run", ["Name a fruit."]), ("views", [None, []])):
+        try:
+            events = call_raw(url, api_name, data)
+        except urllib.error.HTTPError as error:
+            assert error.code in (404, 422), (api_name, error.code)
+        else:
+            assert "event: error" in events and "Imported" not in events, (api_name, events[:300])

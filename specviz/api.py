@@ -1,0 +1,70 @@
+"""What a script gets from the app's public API: plain data in, plain data out.
+
+The app registers these as its named endpoints (`compare`, `presets`, `examples`, `example`);
+everything else the page does is kept out of the API. `compare` streams the same JSON as
+`python -m specviz compare --json`, growing as each policy finishes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import nullcontext
+from typing import Any
+
+from . import pipeline
+from .errors import SpecVizError
+from .models import PRESETS, get_pair
+from .policies import DEFAULT_MODES
+from .ui_import import example_comparison, load_examples
+
+
+def presets() -> list[dict[str, Any]]:
+    """The model pairs a comparison can run on."""
+    return [{"name": p.name, "description": p.description, "target": p.target, "draft": p.draft,
+             "offline": p.offline} for p in PRESETS.values()]
+
+
+def examples() -> list[dict[str, str]]:
+    """The example prompts the page offers, by name."""
+    return [{"name": e.name, "prompt": e.prompt} for e in load_examples()]
+
+
+def example(name: str) -> dict[str, Any]:
+    """An example's comparison, computed ahead (no model runs)."""
+    found = {e.name: e for e in load_examples()}
+    if name not in found:
+        raise SpecVizError(f"Unknown example {name!r}: choose from {', '.join(found) or 'none (none ship)'}.")
+    comparison = example_comparison(found[name])
+    if comparison is None:
+        raise SpecVizError(f"The example {name!r} ships no computed comparison: run its prompt with compare.")
+    return comparison.to_dict()
+
+
+def compare(prompt: str, preset: str, max_new_tokens: int, modes: str = DEFAULT_MODES,
+            temperature: float = 0.0, seed: int | None = None,
+            lock: threading.Lock | None = None) -> Iterator[dict[str, Any]]:
+    """Run one comparison, yielding the comparison so far each time a policy (or target-only
+    decoding) finishes, and the whole comparison last. The input is checked before any model
+    work (SpecVizError says what is wrong); `lock` serializes model work with the page's runs.
+    A caller that stops asking stops the run after its current round."""
+    limits = pipeline.Limits.from_env()
+    request = pipeline.make_request(prompt, modes, max_new_tokens, temperature=temperature,
+                                    seed=seed if temperature > 0 else None, limits=limits)
+    pair = get_pair(preset)  # an unknown preset, or one that cannot load, is a SpecVizError too
+    steps = pipeline.run_comparison(pair, request, limits)
+    finished, update = 0, None
+    while True:
+        # The lock is held for one step at a time, never across a yield: a client that goes away
+        # leaves this generator suspended, and must not keep the models locked.
+        with lock or nullcontext():
+            step = next(steps, None)
+        if step is None:
+            break
+        update = step
+        done = len(update.comparison.traces) + (update.comparison.baseline is not None)
+        if done != finished and update.message != "Done":
+            finished = done
+            yield update.comparison.to_dict()
+    if update is not None:
+        yield update.comparison.to_dict()

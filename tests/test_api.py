@@ -1,0 +1,37 @@
+"""The public API's functions (specviz/api.py), without a server: plain data, checked input."""
+
+import pytest
+
+from specviz import api
+from specviz.errors import SpecVizError
+from specviz.models import PRESETS
+from specviz.trace import Comparison
+from specviz.ui_import import load_examples
+
+
+def test_presets_list_every_pair_with_its_models():
+    listed = api.presets()
+    assert [p["name"] for p in listed] == list(PRESETS)
+    assert all({"name", "description", "target", "draft", "offline"} == set(p) for p in listed)
+
+
+def test_examples_come_by_name_as_the_comparison_json():
+    names = [e["name"] for e in api.examples()]
+    assert names == [e.name for e in load_examples()] and names
+    stored = api.example(names[0])
+    assert Comparison.from_dict(stored).to_dict() == stored
+    with pytest.raises(SpecVizError, match="Unknown example 'nope': choose from"):
+        api.example("nope")
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"prompt": ""}, "The prompt is empty"),
+    ({"max_new_tokens": 10**6}, "between 1 and"),
+    ({"modes": "static:0"}, "between 1 and"),
+    ({"temperature": -1.0}, "Temperature"),
+    ({"preset": "gpt-17"}, "Unknown preset 'gpt-17'"),
+])
+def test_compare_checks_its_input_before_any_model_work(settings, says):
+    args = {"prompt": "Hello", "preset": "smollm2-135m-int8", "max_new_tokens": 16, **settings}
+    with pytest.raises(SpecVizError, match=says):
+        next(api.compare(**args))
