@@ -8,6 +8,7 @@ specviz.ui_format, ui_inputs, ui_replay and ui_import (all testable without a br
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -55,10 +56,8 @@ STUDY_URL = "https://huggingface.co/blog/dynamic_speculation_lookahead"
 
 INTRO_MD = f"""\
 ## SpecViz: where speculative decoding spends its work
-A small *draft* model guesses the next tokens and the big *target* model checks them in one pass. Each \
-column runs one **lookahead** policy (how many tokens to guess per round) on your prompt and colours \
-every token by its fate; the chart compares each round's lookahead with the oracle's ideal \
-([the study]({STUDY_URL})).
+A small *draft* model guesses tokens, the big *target* checks them in one pass: each column runs one \
+**lookahead** policy and colours every token by its fate ([the study]({STUDY_URL})).
 """
 
 APP_CSS = """
@@ -72,7 +71,10 @@ APP_CSS = """
 .specviz-col-detail { font-weight: normal; font-size: 15px; opacity: 0.8; }
 .specviz-placeholder { font-size: 17px; padding: 24px 8px; opacity: 0.7; font-style: italic; }
 .specviz-column[data-state="running"] .specviz-placeholder { opacity: 1; font-weight: bold; }
-#status { min-height: 44px; }
+#status { min-height: 0; }
+#model-status .specviz-status { padding: 0 10px; min-height: 0; }
+#model-status, #status, #legend { padding-top: 0; padding-bottom: 0; }
+#top, #options-row { gap: 10px; }
 .specviz-column { border: 1px solid rgba(128, 128, 128, 0.45); border-radius: 8px; padding: 6px 8px; }
 .specviz-column[data-state="running"] { border: 2px solid #0072B2; }
 #replay { outline: none; }
@@ -405,9 +407,8 @@ def show_example(example):
         return (example.prompt, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
                                           [gr.skip()] * len(ALL_COLUMNS)))
     made = comparison.provenance or {}
-    message = (f"Precomputed example: {comparison.preset}, {comparison.max_new_tokens} max new tokens, computed "
-               f"{made.get('date', 'ahead')} on {made.get('machine', 'another machine')}. No model ran now; "
-               "press Run to recompute it live.")
+    message = (f"Precomputed example ({comparison.preset}, {comparison.max_new_tokens} max new tokens, "
+               f"{made.get('date', 'ahead')}, {made.get('machine', 'another machine')}): no model ran; Run recomputes it.")
     return (example.prompt, *_shown(comparison, message))
 
 
@@ -508,15 +509,16 @@ def build_demo() -> gr.Blocks:
                 example_buttons = []
                 if examples:
                     with gr.Row(elem_id="examples"):
-                        gr.Markdown("**Examples** (open at once: computed ahead)", elem_id="examples-label")
+                        gr.Markdown("**Examples**", elem_id="examples-label")
                         for index, example in enumerate(examples):
                             example_buttons.append(gr.Button(example.name, size="sm", elem_id=f"example-{index}",
-                                                             elem_classes=["specviz-example"]))
+                                                             elem_classes=["specviz-example"], min_width=110))
             with gr.Column(scale=2, min_width=320):
                 with gr.Row(elem_id="settings-row"):
+                    # The pair's description is the dropdown's hover title (set in the page), not a
+                    # line of its own: it would push the columns below the first screen.
                     preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
-                                         info=preset_info(PRESETS, DEFAULT_PRESET), elem_id="preset", scale=3,
-                                         min_width=150)
+                                         elem_id="preset", scale=3, min_width=150)
                     max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
                                            value=min(128, limits.max_new_tokens), step=1,
                                            label="Max new tokens", elem_id="max-new-tokens", scale=3,
@@ -548,8 +550,7 @@ def build_demo() -> gr.Blocks:
                     temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
                                             elem_id="temperature")
                     seed = gr.Number(1, label="Seed (sampling)", precision=0, minimum=0, elem_id="seed")
-            present = gr.Checkbox(False, label="Presentation mode (or ?present=1)", elem_id="present", scale=0,
-                                  min_width=260)
+            present = gr.Checkbox(False, label="Presentation mode", elem_id="present", scale=0, min_width=220)
         model_line = gr.HTML(load_status_html(load_state(DEFAULT_PRESET), DEFAULT_PRESET), elem_id="model-status")
         status = gr.HTML(status_html("Pick an example to see a comparison at once, or type a prompt and press Run "
                                      "(about 30 s for 128 tokens, shown round by round).", "idle"), elem_id="status")
@@ -609,8 +610,13 @@ def build_demo() -> gr.Blocks:
         last = gr.State(None)
         eos_state = gr.State([])
 
-        preset.change(lambda name: gr.Dropdown(info=preset_info(PRESETS, name)), preset, preset,
-                      queue=False, show_progress="hidden", api_visibility="private")
+        preset_title_js = ("(name) => { const descriptions = " + json.dumps({n: preset_info(PRESETS, n) for n in PRESETS})
+                           + "; const box = document.querySelector('#preset'); if (box) box.title = descriptions[name]"
+                           " || ''; return name; }")
+        preset.change(None, preset, None, js=preset_title_js, queue=False, show_progress="hidden",
+                      api_visibility="private")
+        demo.load(None, preset, None, js=preset_title_js, queue=False, show_progress="hidden",
+                  api_visibility="private")
         model_timer.tick(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden",
                          api_visibility="private")
         demo.load(model_status, preset, [model_line, model_timer], queue=False, show_progress="hidden",

@@ -249,10 +249,10 @@ class RoundVerdict:
     """One round against the oracle's ideal lookahead at its start position.
 
     The ideal is the number of draft tokens the target would accept from there. A round with a
-    rejection drafted too much, and by exactly `lookahead - accepted` tokens: that is measured,
-    not estimated. A fully accepted round may have drafted too little: by how much comes from the
-    ideal recorded along the answer, an estimate (oracle.py: with the int8 draft it can differ a
-    little from what the engine's own feeding would have accepted).
+    rejection drafted too much, by exactly `lookahead - accepted` tokens. A fully accepted round
+    may have drafted too little, by `ideal - lookahead`: exact too, since the draft's guess at a
+    position depends on the text alone (engine.Drafter), so every round accepts exactly
+    min(lookahead, ideal).
 
     A round's bar stacks `accepted`, then `beyond_ideal` (too long) or, in a sampled run with no
     ideal, `rejected`; `short_of_ideal` is what it left undrafted below the ideal (too short)."""
@@ -287,8 +287,8 @@ def oracle_ideal_at(r: Round, comparison: Comparison) -> int | None:
 
 
 def round_verdict(r: Round, ideal: int | None, is_oracle: bool = False) -> RoundVerdict:
-    """`is_oracle`: the oracle's rounds are the ideal as the engine feeds the draft, so a fully
-    accepted oracle round is on the ideal whatever the estimate along the answer says."""
+    """`is_oracle`: the oracle's rounds are the ideal by construction (also in files computed
+    before the draft's feeding was exact, whose ideal line can differ a little)."""
     not_kept = r.lookahead - r.accepted
     if ideal is None:
         return RoundVerdict(None, r.accepted, not_kept, 0, 0)

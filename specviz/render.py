@@ -85,9 +85,9 @@ TOKEN_CSS = """
 .specviz-legend {
   display: flex;
   flex-wrap: wrap;
-  gap: 6px 18px;
-  font-size: 16px;
-  line-height: 2;
+  gap: 2px 16px;
+  font-size: 15px;
+  line-height: 1.8;
 }
 .specviz-legend .tok { font-family: ui-monospace, Menlo, Consolas, monospace; }
 .specviz-metrics {
@@ -100,10 +100,10 @@ TOKEN_CSS = """
 """
 
 _LEGEND_ITEMS = [
-    ("accepted", "accepted", "draft token the target kept"),
-    ("rejected", "rejected", "draft token the target threw away"),
-    ("correction", "correction", "target's own token replacing a rejected one"),
-    ("bonus", "bonus", "target's extra token after a fully accepted round"),
+    ("accepted", "accepted", "draft token kept"),
+    ("rejected", "rejected", "draft token thrown away"),
+    ("correction", "correction", "target's token in place of a rejected one"),
+    ("bonus", "bonus", "target's extra token after all were kept"),
 ]
 
 LEGEND_HTML = (
