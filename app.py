@@ -447,8 +447,13 @@ def compare_api(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int =
         temperature: 0 for greedy decoding (lossless, and the oracle runs); above 0 samples
         seed: the sampling seed (used only when temperature is above 0)
     """
+    logger.info("run: preset=%s max_new_tokens=%s modes=%s temperature=%s prompt_chars=%d (API)", preset,
+                max_new_tokens, modes, temperature, len(prompt) if isinstance(prompt, str) else -1)
     try:
-        yield from api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK)
+        comparison = None
+        for comparison in api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK):
+            yield comparison
+        logger.info("run finished: %d policies (API)", len(comparison["modes"]) if comparison else 0)
     except SpecVizError as error:
         raise gr.Error(str(error), print_exception=False) from None
     except Exception:

@@ -100,6 +100,7 @@ class ModeRow:
     wall_s: float
     speedup: float
     lossless: bool | None
+    drafted: int = 0  # tokens the draft proposed (draft passes also count its catch-up calls)
 
 
 @dataclass
@@ -116,7 +117,8 @@ class PromptRun:
                            c.baseline.target_passes, 0, 0, 0.0, 1.0, c.baseline.wall_s, 1.0, True)
         return [baseline] + [
             ModeRow(self.item.id, self.item.suite, t.label, t.policy, t.new_tokens, t.target_passes, t.draft_passes,
-                    t.accepted, t.acceptance_rate, t.mean_accepted_length, t.wall_s, c.speedup(t), t.lossless)
+                    t.accepted, t.acceptance_rate, t.mean_accepted_length, t.wall_s, c.speedup(t), t.lossless,
+                    drafted=t.drafted)
             for t in c.traces
         ]
 
@@ -174,13 +176,14 @@ class SuiteSummary:
 def summarize_mode(rows: list[ModeRow]) -> ModeSummary:
     speedups = [r.speedup for r in rows]
     target = sum(r.target_passes for r in rows)
-    drafted = sum(r.draft_passes for r in rows)
+    draft_calls = sum(r.draft_passes for r in rows)
+    drafted = sum(r.drafted for r in rows)
     accepted = sum(r.accepted for r in rows)
     return ModeSummary(
         mode=rows[0].mode, policy=rows[0].policy, prompts=len(rows),
         speedup_median=statistics.median(speedups), speedup_mean=statistics.fmean(speedups),
         target_passes_total=target, target_passes_mean=target / len(rows),
-        draft_passes_total=drafted, draft_passes_mean=drafted / len(rows),
+        draft_passes_total=draft_calls, draft_passes_mean=draft_calls / len(rows),
         acceptance_rate=accepted / drafted if drafted else 0.0,
         mean_accepted_length=1.0 + accepted / target if target else 0.0,
         lossless=f"{sum(r.lossless is True for r in rows)}/{len(rows)}",

@@ -28,7 +28,11 @@ FOLLOW_JS = """
   const follow = (el) => {
     if (el.dataset.follow !== undefined) return;
     el.dataset.follow = '1';
-    el.addEventListener('scroll', () => { el.dataset.follow = atBottom(el) ? '1' : '0'; }, {passive: true});
+    // Only the viewer's own scrolling decides (a content swap fires 'scroll' events too).
+    const viewerScrolled = () => requestAnimationFrame(() => { el.dataset.follow = atBottom(el) ? '1' : '0'; });
+    for (const kind of ['wheel', 'touchmove', 'keyup', 'pointerup']) {
+      el.addEventListener(kind, viewerScrolled, {passive: true});
+    }
     new MutationObserver(() => {
       if (!document.body.classList.contains('specviz-present')) return;
       if (el.scrollHeight <= el.clientHeight + 24) el.dataset.follow = '1';

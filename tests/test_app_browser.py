@@ -258,9 +258,11 @@ def test_presentation_mode_follows_the_newest_tokens(app_url, browser):
     assert overflowing, "the answers never outgrew the column windows: nothing to follow"
     assert all(s["inView"] for s in seen), [s for s in seen if not s["inView"]][:5]
     # After the run the column's window scrolls back to the answer's first token.
-    col = page.locator("#col-static")
-    col.evaluate("el => { el.scrollTop = 0; }")
-    first = page.evaluate("() => document.querySelector('#col-static .specviz-tokens .tok').getBoundingClientRect().top")
+    first = page.evaluate("""() => {
+      window.scrollTo(0, 0);
+      document.querySelector('#col-static .specviz-column').closest('.specviz-col').scrollTop = 0;
+      return document.querySelector('#col-static .specviz-tokens .tok').getBoundingClientRect().top;
+    }""")
     assert 0 <= first <= 720
     page.close()
     assert "Traceback" not in log_path.read_text()

@@ -33,13 +33,14 @@ def test_read_suite_names_the_bad_line(tmp_path):
 
 
 def test_mode_summary_pools_rates_and_takes_median_speedup():
-    rows = [ModeRow("a", "s", "static k=5", "static", 10, 4, 20, 6, 0.3, 2.5, 1.0, 0.5, True),
-            ModeRow("b", "s", "static k=5", "static", 10, 6, 30, 4, 4 / 30, 5 / 3, 1.0, 2.0, False),
-            ModeRow("c", "s", "static k=5", "static", 10, 10, 50, 0, 0.0, 1.0, 1.0, 1.0, True)]
+    # draft passes (forward calls) 20/30/50 of which 18/27/45 drafted tokens, the rest catch-up calls
+    rows = [ModeRow("a", "s", "static k=5", "static", 10, 4, 20, 6, 6 / 18, 2.5, 1.0, 0.5, True, drafted=18),
+            ModeRow("b", "s", "static k=5", "static", 10, 6, 30, 4, 4 / 27, 5 / 3, 1.0, 2.0, False, drafted=27),
+            ModeRow("c", "s", "static k=5", "static", 10, 10, 50, 0, 0.0, 1.0, 1.0, 1.0, True, drafted=45)]
     s = summarize_mode(rows)
     assert s.speedup_median == 1.0 and s.speedup_mean == pytest.approx(3.5 / 3)
     assert (s.target_passes_total, s.draft_passes_total) == (20, 100)
-    assert s.acceptance_rate == pytest.approx(10 / 100)  # pooled, not the mean of per-prompt rates
+    assert s.acceptance_rate == pytest.approx(10 / 90)  # pooled over drafted tokens, not a mean of rates
     assert s.mean_accepted_length == pytest.approx(1 + 10 / 20)
     assert s.lossless == "2/3"
 

@@ -53,7 +53,7 @@ def test_every_round_meets_the_ideal_line(comparisons):
             for r in trace.rounds:
                 assert r.accepted == min(r.lookahead, c.oracle_ideal[r.position]), (c.prompt[:40], trace.label, r)
                 checked += 1
-    assert checked > 500
+    assert checked > 300  # rounds over the 9 prompts (int8 about 780, bf16 450)
 
 
 def test_the_oracle_needs_the_fewest_target_passes(comparisons):
