@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from html import escape as html_escape
 from pathlib import Path
@@ -418,16 +419,22 @@ def show_example(example):
 API_SERVER_ERROR = "Something went wrong on the server; the error was logged."
 
 
-def _api_call(work, *args):
-    """A public endpoint's work; a SpecVizError (bad input, unknown preset or example, a pair that
-    cannot load) becomes the client's error message, anything else is logged."""
+@contextmanager
+def _api_errors():
+    """Around a public endpoint's work: a SpecVizError (bad input, unknown preset or example, a pair
+    that cannot load) becomes the client's error message, anything else is logged."""
     try:
-        return work(*args)
+        yield
     except SpecVizError as error:
         raise gr.Error(str(error), print_exception=False) from None
     except Exception:
         logger.exception("API call failed")
         raise gr.Error(API_SERVER_ERROR, print_exception=False) from None
+
+
+def _api_call(work, *args):
+    with _api_errors():
+        return work(*args)
 
 
 def compare_api(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128,
@@ -449,16 +456,11 @@ def compare_api(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int =
     """
     logger.info("run: preset=%s max_new_tokens=%s modes=%s temperature=%s prompt_chars=%d (API)", preset,
                 max_new_tokens, modes, temperature, len(prompt) if isinstance(prompt, str) else -1)
-    try:
+    with _api_errors():
         comparison = None
         for comparison in api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK):
             yield comparison
         logger.info("run finished: %d policies (API)", len(comparison["modes"]) if comparison else 0)
-    except SpecVizError as error:
-        raise gr.Error(str(error), print_exception=False) from None
-    except Exception:
-        logger.exception("API call failed")
-        raise gr.Error(API_SERVER_ERROR, print_exception=False) from None
 
 
 def presets_api() -> list:
