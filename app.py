@@ -30,6 +30,7 @@ from specviz.explain_plots import explain_figures
 from specviz.export import SWEEP_HEADERS, sweep_rows, write_all
 from specviz.heartbeat import with_heartbeat
 from specviz.models import DEFAULT_PRESET, PRESETS, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
+from specviz.pacing import Pacer
 from specviz.pipeline import Limits, compare, make_request, run_comparison
 from specviz.plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from specviz.policies import DEFAULT_MODES
@@ -44,12 +45,13 @@ from specviz.ui_format import (
     done_message,
     load_status_html,
     placeholder_html,
+    playback_htmls,
     preset_info,
     status_html,
 )
 from specviz.ui_import import MAX_IMPORT_BYTES, example_comparison, load_comparison_file, load_examples
 from specviz.ui_inputs import max_new_tokens_value, modes_string, seed_value, server_options, temperature_value
-from specviz.ui_replay import replay_html, replay_step
+from specviz.ui_replay import REPLAY_CSS, replay_html, replay_step
 
 logger = logging.getLogger("specviz.app")
 
@@ -78,6 +80,7 @@ APP_CSS = """
 #top, #options-row { gap: 10px; }
 .specviz-column { border: 1px solid rgba(128, 128, 128, 0.45); border-radius: 8px; padding: 6px 8px; }
 .specviz-column[data-state="running"] { border: 2px solid #0072B2; }
+.specviz-column[data-state="replaying"] { border: 2px dashed #0072B2; }
 #replay { outline: none; }
 #replay:focus-within { box-shadow: 0 0 0 3px rgba(0, 114, 178, 0.45); border-radius: 8px; }
 .specviz-replay { font-size: 19px; line-height: 1.6; }
@@ -164,8 +167,9 @@ def _columns(comparison, active=ALL_COLUMNS, **kwargs) -> list[str]:
             for policy in ALL_COLUMNS]
 
 
-# Streaming: the pipeline reports every round; the page gets a column update at most this often,
-# and charts (the costliest part to build and to draw) at most once a second.
+# Streaming: the pipeline reports every draft step and every round; the page gets a column update
+# about this often (specviz/pacing.py picks frames that show a pending draft), and charts (the
+# costliest part to build and to draw) at most once a second.
 COLUMN_EVERY_S = 0.4
 CHARTS_EVERY_S = 1.0
 # How often the engine's worker is asked for news, and how long the page may then stay still.
@@ -210,8 +214,9 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
         # 28 tokens, a long stretch of the oracle's search) the status still ticks.
         steps = with_heartbeat(run_comparison(pair, request, limits), HEARTBEAT_S, MODEL_LOCK)
         run_started = time.monotonic()
-        sent_columns, sent_charts, sent_page = 0.0, run_started, run_started  # first chart update comes with data
-        finished = 0
+        pacer = Pacer(COLUMN_EVERY_S)
+        sent_charts, sent_page = run_started, run_started  # the first chart update comes with data
+        finished, judged_on_page = 0, 0  # policies finished; rounds of the running one on the page
         message = "Starting"
         on_page: dict[int, str] = {}
 
@@ -233,9 +238,14 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                 continue
             comparison, live, message = update.comparison, update.running, update.message
             ended = len(comparison.traces) != finished  # a policy just finished: show it whole
-            if not ended and now - sent_columns < COLUMN_EVERY_S:
+            if ended:
+                judged_on_page = 0
+            judged = 0 if live is None else len(live.rounds)
+            first_verdict = judged > 0 and judged_on_page == 0
+            if not pacer.due(now, pending=live is not None and live.pending is not None,
+                             must=ended or first_verdict):
                 continue
-            finished, sent_columns, sent_page = len(comparison.traces), now, now
+            finished, sent_page, judged_on_page = len(comparison.traces), now, judged
             charts = ended or now - sent_charts >= CHARTS_EVERY_S
             if charts:
                 sent_charts = now
@@ -389,28 +399,54 @@ def import_json(path):
                               f"{comparison.max_new_tokens} max new tokens); no model was run.")
 
 
+def _example_opener(example):
+    """The click handler of one example button (a generator function, so gradio streams it)."""
+    def open_example():
+        yield from show_example(example)
+    return open_example
+
+
+def _present_columns(comparison) -> list[str]:
+    """The columns a finished comparison fills: the four policies, and any extra one it ran."""
+    return [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
+
+
 def _shown(comparison, message: str) -> tuple:
     """The whole view of a finished comparison that needs no model (an import, an example)."""
-    present = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
-    return _outputs(status_html(message, "done"), _columns(comparison, present, running=False),
+    return _outputs(status_html(message, "done"), _columns(comparison, _present_columns(comparison), running=False),
                     *_charts(comparison), _table(comparison),
                     comparison, [])
 
 
+# Opening an example plays its rounds back as they streamed (drafts pending, then judged), fast
+# enough that the example is complete in under a second.
+PLAYBACK_FRAMES = 6
+PLAYBACK_FRAME_S = 0.1
+
+
 def show_example(example):
-    """An example prompt: into the prompt box, and its comparison computed ahead shown at once."""
+    """An example prompt: into the prompt box, and its comparison computed ahead, played back
+    round by round and then shown whole."""
     try:
         comparison = example_comparison(example)
     except SpecVizError:
         logger.exception("example %s could not be loaded", example.name)
         comparison = None
     if comparison is None:
-        return (example.prompt, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
-                                          [gr.skip()] * len(ALL_COLUMNS)))
+        yield (example.prompt, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
+                                         [gr.skip()] * len(ALL_COLUMNS)))
+        return
     made = comparison.provenance or {}
     message = (f"Precomputed example ({comparison.preset}, {comparison.max_new_tokens} max new tokens, "
                f"{made.get('date', 'ahead')}, {made.get('machine', 'another machine')}): no model ran; Run recomputes it.")
-    return (example.prompt, *_shown(comparison, message))
+    present = _present_columns(comparison)
+    playing = status_html("Playing the precomputed example back, round by round…", "running")
+    for step, htmls in enumerate(playback_htmls(comparison, present, PLAYBACK_FRAMES)):
+        shown = dict(zip(present, htmls))
+        yield (example.prompt if step == 0 else gr.skip(),
+               *_outputs(playing, [shown.get(p, gr.skip()) for p in ALL_COLUMNS]))
+        time.sleep(PLAYBACK_FRAME_S)
+    yield (gr.skip(), *_shown(comparison, message))
 
 
 # ---- the public API: what a script calls (gradio_client), data in and out ---------------------
@@ -665,7 +701,7 @@ def build_demo() -> gr.Blocks:
         view_all = [status, *columns, lookahead_plot, progress_plot, summary, last, eos_state]
         for button, example in zip(example_buttons, examples):
             # No model work: outside the model queue, so an example opens at once even during a run.
-            button.click(lambda e=example: show_example(e), None, [prompt, *view_all], show_progress="hidden",
+            button.click(_example_opener(example), None, [prompt, *view_all], show_progress="hidden",
                          api_visibility="private", concurrency_id="specviz-views", concurrency_limit=None).then(
                 views, [last, eos_state], view_outputs, show_progress="hidden", api_visibility="private",
                 concurrency_id="specviz-views", concurrency_limit=None).then(
@@ -721,7 +757,7 @@ def main(argv: list[str] | None = None) -> None:
     if _preloading():
         threading.Thread(target=_preload, name="specviz-preload", daemon=True).start()
     demo.launch(server_name=options.host, server_port=options.port, share=options.share,
-                theme=THEME, css=TOKEN_CSS + APP_CSS + PRESENT_CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES)
+                theme=THEME, css=TOKEN_CSS + APP_CSS + REPLAY_CSS + PRESENT_CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES)
 
 
 if __name__ == "__main__":

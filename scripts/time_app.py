@@ -5,13 +5,14 @@ default example prompt, sets max new tokens (128 by default) and presses Run, `-
 each run it reports, from a MutationObserver in the page (so the figures do not depend on how
 often Python polls):
 
-* the first coloured token in a policy column after Run;
+* the first pending draft token, and the first coloured (judged) token, in a policy column after Run;
 * the longest gap between two page updates while the run was in progress (a column, a chart or
   the status line, which ticks while one long engine step runs);
 * the whole comparison's time against the sum of its model runs as the engine reports them
   (target-only, every policy, and the oracle's preparation), read from the run's own JSON export;
 
-and then the time from clicking an example button to its four complete columns.
+and then the time from clicking an example button to its first played-back tokens and to its
+four complete columns (after the playback).
 
     python scripts/time_app.py [--tokens 128] [--runs 2]
 
@@ -37,13 +38,17 @@ from app_server import CHROMIUM, CHROMIUM_ARGS, start_app, stop_app
 POLICIES = ["static", "heuristic", "dynamic", "oracle"]
 
 WATCH_JS = """(policies) => {
-  const t = window.__specviz = {start: performance.now(), firstToken: null, updates: [], filled: {}, cleared: {}};
+  const t = window.__specviz = {start: performance.now(), firstToken: null, firstDraft: null, updates: [],
+                                 filled: {}, cleared: {}};
   const columns = document.querySelector('#columns');
   new MutationObserver(() => {
     const now = performance.now() - t.start;
     t.updates.push(now);
-    if (t.firstToken === null && columns.querySelector('.specviz-column[data-state="running"] .tok')) {
+    if (t.firstToken === null && columns.querySelector('.specviz-column[data-state="running"] .tok:not(.tok-pending)')) {
       t.firstToken = now;
+    }
+    if (t.firstDraft === null && columns.querySelector('.specviz-column[data-state="running"] .tok-pending')) {
+      t.firstDraft = now;
     }
     for (const p of policies) {  // complete in this run: seen without its metrics first (a new run)
       const done = document.querySelector('#col-' + p + ' .specviz-metrics');
@@ -109,15 +114,19 @@ def main() -> None:
                 gaps = [(b - a, a) for a, b in pairwise(t["updates"])]
                 longest = sorted(gaps, reverse=True)[:3]
                 total_model, parts = model_seconds(url, page, old_href)
-                print(f"run {run}: first coloured token {t['firstToken'] / 1000:.2f} s after Run; longest gaps "
+                draft = "never" if t["firstDraft"] is None else f"{t['firstDraft'] / 1000:.2f} s"
+                print(f"run {run}: first pending draft token {draft}, first coloured (judged) token "
+                      f"{t['firstToken'] / 1000:.2f} s after Run; longest gaps "
                       "between page updates " + ", ".join(f"{g / 1000:.2f} s (at {at / 1000:.1f} s)" for g, at in longest)
                       + f"; complete after {done_ms / 1000:.1f} s; "
                       f"model runs {total_model:.1f} s -> ratio {done_ms / 1000 / total_model:.3f}")
                 print("        " + ", ".join(f"{name} {s:.1f} s" for name, s in parts.items()))
             for index in range(2):
                 page.evaluate("""() => {
-                  const t = window.__specviz = {start: performance.now(), done: null};
+                  const t = window.__specviz = {start: performance.now(), done: null, firstFrame: null};
                   new MutationObserver(() => {
+                    if (t.firstFrame === null && document.querySelector('#columns [data-state="replaying"] .tok'))
+                      t.firstFrame = performance.now() - t.start;
                     if (t.done === null && document.querySelectorAll('#columns .specviz-metrics').length >= 4
                         && document.querySelector('#status').innerText.includes('Precomputed'))
                       t.done = performance.now() - t.start;
@@ -126,8 +135,10 @@ def main() -> None:
                 page.click(f"#example-{index}")
                 page.wait_for_function("() => window.__specviz.done !== null", timeout=30_000)
                 name = page.inner_text(f"#example-{index}").strip()
-                print(f"example {name!r}: four complete columns {page.evaluate('() => window.__specviz.done') / 1000:.2f}"
-                      " s after the click")
+                shown = page.evaluate("() => window.__specviz")
+                first = "no playback" if shown["firstFrame"] is None else f"{shown['firstFrame'] / 1000:.2f} s"
+                print(f"example {name!r}: first played-back tokens {first}, four complete columns "
+                      f"{shown['done'] / 1000:.2f} s after the click")
             browser.close()
     finally:
         stop_app(proc)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .sweep import PassCosts
 from .trace import Comparison, Round, Trace
 
 # The oracle drafts only tokens it knows the target keeps; its tokens would say nothing about
@@ -232,13 +233,10 @@ def work_split(trace: Trace) -> WorkSplit:
 
 
 def measured_draft_cost_ratio(comparison: Comparison) -> float | None:
-    """Seconds per draft pass over seconds per target pass, measured over all rounds of the run."""
-    rounds = [r for t in comparison.traces for r in t.rounds]
-    draft_calls = sum(r.draft_passes for r in rounds)
-    verify = sum(r.verify_s for r in rounds)
-    if not rounds or not draft_calls or verify <= 0:
-        return None
-    return (sum(r.draft_s for r in rounds) / draft_calls) / (verify / len(rounds))
+    """Seconds per draft pass over seconds per target pass, measured over all rounds of the run
+    (None when the run drafted nothing or timed no verification)."""
+    costs = PassCosts.measured(comparison)
+    return costs.draft_ratio if costs.target_s > 0 and costs.draft_s > 0 else None
 
 
 # ---- lookahead against the oracle ----------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .policies import DraftStep, Policy
-from .trace import Baseline, Round, Trace
+from .trace import Baseline, Pending, Round, Trace
 
 if TYPE_CHECKING:
     from .models import ModelPair
@@ -172,6 +172,11 @@ class Proposal:
     distributions: list[torch.Tensor] = field(default_factory=list)
 
 
+def describe(distribution: torch.Tensor, token: int) -> tuple[float, float]:
+    """The probability of `token`, and the entropy (nats) of the distribution it was picked from."""
+    return float(distribution[token]), float(torch.special.entr(distribution).sum())
+
+
 def draft(drafter: Drafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
           eos_ids: frozenset[int]) -> Proposal:
     """Propose up to `budget` tokens, one draft forward pass each (plus the catch-up calls)."""
@@ -182,7 +187,7 @@ def draft(drafter: Drafter, sequence: list[int], budget: int, policy: Policy, sa
     for index in range(budget):
         distribution = sampler.distribution(logits)
         token = sampler.pick(distribution)
-        step = DraftStep(index, token, float(distribution[token]), float(torch.special.entr(distribution).sum()))
+        step = DraftStep(index, token, *describe(distribution, token))
         proposal.ids.append(token)
         proposal.probs.append(step.prob)
         proposal.entropies.append(step.entropy)
@@ -241,10 +246,12 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
               feeding: type[Drafter] = Drafter) -> Iterator[Trace]:
     """Speculative decoding of one prompt under one lookahead policy, one round at a time.
 
-    Yields the same `Trace` before the first round and again after every round, so a caller can
-    show each round as soon as it is decided, or stop between rounds by no longer asking for the
-    next one (the trace then keeps `stop_reason="stopped"`). `wall_s` counts this function's own
-    time only, not the caller's between rounds. `feeding` says how the draft reads tokens
+    Yields the same `Trace` before the first round, again after each draft step (with the
+    proposal in `trace.pending`, before the target's verdict; skipped when nothing was drafted)
+    and again after every round, so a caller can show the draft proposing and the target
+    deciding as they happen. Stop by no longer asking for the next one: between rounds
+    (`trace.pending` is None) the trace then keeps `stop_reason="stopped"` and every pass it
+    counts. `wall_s` counts this function's own time only, not the caller's between yields. `feeding` says how the draft reads tokens
     (`Drafter`, or `TransformersDrafter` to reproduce transformers' passes exactly).
     """
     started = time.perf_counter()
@@ -264,9 +271,17 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
         budget = max(0, min(policy.start_round(len(answer)), room - 1))
         threshold = policy.threshold
 
-        with torch.inference_mode():  # not held across the yield below: the caller's code runs there
+        # inference_mode is not held across a yield: the caller's code runs there.
+        with torch.inference_mode():
             t0, passes_before = time.perf_counter(), drafter.passes
             proposal = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
+            draft_s = time.perf_counter() - t0
+        if proposal.ids:  # the proposal, shown before the verdict
+            trace.pending = Pending(proposal.ids, proposal.probs)
+            trace.wall_s += time.perf_counter() - started
+            yield trace
+            started = time.perf_counter()
+        with torch.inference_mode():
             t1 = time.perf_counter()
             target_logits = verify(verifier, sequence, proposal.ids)
             if sampler.greedy:
@@ -282,11 +297,12 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
         sequence += committed
         answer += committed
         policy.end_round(len(proposal.ids), accepted, proposal.probs)
+        trace.pending = None
         trace.rounds.append(Round(
             index=len(trace.rounds), position=len(answer) - len(committed), budget=budget,
             draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
             accepted=accepted, target_id=target_token if len(committed) > accepted else None,
-            draft_passes=drafter.passes - passes_before, draft_s=t1 - t0, verify_s=t2 - t1, threshold=threshold,
+            draft_passes=drafter.passes - passes_before, draft_s=draft_s, verify_s=t2 - t1, threshold=threshold,
         ))
         done = hit_eos or len(answer) >= max_new_tokens
         if done:
@@ -339,8 +355,12 @@ def target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, tem
 
 
 def _run(steps: Iterator, should_stop: Callable[[], bool] | None):
-    """Drive a step-by-step decoder, asking `should_stop` before every step; its record at the end."""
+    """Drive a step-by-step decoder, asking `should_stop` between rounds; its record at the end."""
     record = next(steps)  # yielded before any model work, updated in place by every step
-    while not (should_stop is not None and should_stop()) and next(steps, None) is not None:
-        pass
+    while True:
+        between_rounds = getattr(record, "pending", None) is None  # a drafted round is always verified
+        if between_rounds and should_stop is not None and should_stop():
+            break
+        if next(steps, None) is None:
+            break
     return record

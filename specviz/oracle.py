@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from .engine import Drafter, Sampler
+from .engine import Drafter, Sampler, describe
 from .policies import Oracle
 from .trace import DraftAlongReference
 
@@ -51,9 +51,10 @@ def draft_along(pair: ModelPair, prompt_ids: list[int],
         for position, token in enumerate(reference):
             distribution = greedy.distribution(logits)
             guess = greedy.pick(distribution)
+            prob, entropy = describe(distribution, guess)
             along.tokens.append(guess)
-            along.probs.append(float(distribution[guess]))
-            along.entropies.append(float(torch.special.entr(distribution).sum()))
+            along.probs.append(prob)
+            along.entropies.append(entropy)
             if position + 1 < len(reference):
                 logits = drafter.next(token)
             if (position + 1) % PROGRESS_EVERY == 0 or position + 1 == len(reference):

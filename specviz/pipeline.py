@@ -1,7 +1,7 @@
 """One prompt through the baseline, the oracle and every policy: the data flow of DESIGN.md.
 
-The app and the CLI call `run_comparison` (streaming: it reports after every round of every
-run) and only turn its results into screens and files.
+The app and the CLI call `run_comparison` (streaming: it reports after every draft step and every
+round of every run) and only turn its results into screens and files.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ class Update:
 
 def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = None,
                    progress: Callable[[str], None] | None = None) -> Iterator[Update]:
-    """Run every policy, the oracle and target-only decoding; yield an Update after every round.
+    """Run every policy, the oracle and target-only decoding; yield an Update after every draft
+    step (the running trace's `pending` holds the proposal, with display text) and every round.
 
     The order gets a first column on screen at once: the policies run first, and the first
     greedy policy's answer (the target's greedy answer, speculative decoding being lossless)
@@ -193,8 +194,10 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
             if comparison.oracle_ideal is not None:
                 mark_ideal(trace.rounds[labelled:], comparison.oracle_ideal)
             labelled = len(trace.rounds)
+            if trace.pending is not None:
+                trace.pending.draft_texts = token_pieces(pair.tokenizer, context, trace.pending.draft_ids)
             yield Update(comparison, trace, message)
-            if out_of_time():
+            if trace.pending is None and out_of_time():  # a drafted round is verified before stopping
                 break
         trace.text = pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True)
         comparison.traces.append(trace)

@@ -11,13 +11,14 @@ Token kinds, one CSS class each (see `TOKEN_CSS`):
     rejected    draft token the target threw away (shown where it was proposed, struck through)
     correction  the target's own token replacing the first rejected draft token
     bonus       the target's extra token when every draft token was accepted
+    pending     draft token the target has not checked yet (live runs and replays only)
 """
 
 from __future__ import annotations
 
 import html
 
-from .trace import Comparison, Round, Trace
+from .trace import Comparison, Pending, Round, Trace
 
 # ---- CSS and legend ------------------------------------------------------------------------
 
@@ -76,6 +77,15 @@ TOKEN_CSS = """
   outline: 2px dotted #8a6d00;
   outline-offset: -1px;
 }
+/* Drafted, not yet verified: grey with a dashed outline and italics, no underline or strike,
+   so it reads apart from the four verdicts in colour, in greyscale and for colour-blind eyes. */
+.tok-pending {
+  background: #e4e4e4;
+  color: #2b2b2b;
+  font-style: italic;
+  outline: 2px dashed #5a5a5a;
+  outline-offset: -2px;
+}
 /* A token that is only whitespace would be an invisible or zero-width cell. The marker comes
    from CSS generated content, which browsers do not copy, so copy/paste keeps the real text. */
 .tok-ws::before {
@@ -104,6 +114,7 @@ _LEGEND_ITEMS = [
     ("rejected", "rejected", "draft token thrown away"),
     ("correction", "correction", "target's token in place of a rejected one"),
     ("bonus", "bonus", "target's extra token after all were kept"),
+    ("pending", "pending", "drafted, awaiting the target's check"),
 ]
 
 LEGEND_HTML = (
@@ -117,7 +128,7 @@ LEGEND_HTML = (
 
 
 def legend_html() -> str:
-    """The legend explaining the four token kinds (same classes as the token view)."""
+    """The legend explaining the token kinds (same classes as the token view)."""
     return LEGEND_HTML
 
 
@@ -191,12 +202,28 @@ def _round_html(r: Round, current_round: int | None) -> str:
     )
 
 
+def _pending_html(pending: Pending, index: int) -> str:
+    """The round under way: its draft tokens, before the target's verdict."""
+    spans = []
+    for i, token in enumerate(pending.draft_ids):
+        text = pending.draft_texts[i] if i < len(pending.draft_texts) else f"[{token}]"
+        prob = f" · draft p={pending.draft_probs[i]:.2f}" if i < len(pending.draft_probs) else ""
+        spans.append(_token_span(text, "pending", index, f"round {index}{prob} · pending: the target checks it next"))
+    parity = "round-even" if index % 2 == 0 else "round-odd"
+    return (f'<span class="round {parity} round-pending" data-round="{index}" '
+            f'title="{_esc(f"round {index} · drafted {len(pending.draft_ids)} · awaiting the target")}">'
+            + "".join(spans) + "</span>")
+
+
 def render_trace(trace: Trace, *, current_round: int | None = None) -> str:
-    """The answer as coloured token spans, one wrapper per round.
+    """The answer as coloured token spans, one wrapper per round, then the pending draft if a
+    round is under way.
 
     `current_round` (a `Round.index`) gets the `round-current` class, for step-through replay.
     """
     rounds = "".join(_round_html(r, current_round) for r in trace.rounds)
+    if trace.pending is not None:
+        rounds += _pending_html(trace.pending, len(trace.rounds))
     return (
         f'<div class="specviz-tokens" data-policy="{_esc(trace.policy)}" '
         f'data-label="{_esc(trace.label)}">{rounds}</div>'

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
@@ -66,6 +66,16 @@ class Round:
 
 
 @dataclass
+class Pending:
+    """A round's draft tokens after the draft step and before the target's verdict: what a live
+    view shows for a moment. Never part of a finished trace or of a file."""
+
+    draft_ids: list[int]
+    draft_probs: list[float]
+    draft_texts: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Trace:
     """One policy's run on one prompt."""
 
@@ -81,6 +91,7 @@ class Trace:
     text: str = ""
     lossless: bool | None = None  # output identical to the target-only baseline
     first_difference: int | None = None  # first differing answer position, when not identical
+    pending: Pending | None = None  # the round under way, drafted but not yet verified (live runs)
 
     @property
     def new_tokens(self) -> int:
@@ -133,6 +144,20 @@ class Trace:
             offered = [r for r in self.rounds if r.lookahead > i]
             rates.append(sum(r.accepted > i for r in offered) / len(offered))
         return rates
+
+
+def drafting_view(trace: Trace, rounds: int) -> Trace:
+    """The trace as a live view showed it just after round `rounds` was drafted: the rounds
+    before it judged, its draft tokens pending (none past the last round). For playing back a
+    finished run as it streamed."""
+    rounds = max(0, min(rounds, len(trace.rounds)))
+    done = trace.rounds[:rounds]
+    committed = sum(len(r.committed_ids) for r in done)
+    following = trace.rounds[rounds] if rounds < len(trace.rounds) else None
+    pending = None if following is None or not following.draft_ids else Pending(
+        following.draft_ids, following.draft_probs, following.draft_texts)
+    return replace(trace, rounds=done, token_ids=trace.token_ids[:committed], pending=pending,
+                   stop_reason="stopped", lossless=None, first_difference=None)
 
 
 @dataclass

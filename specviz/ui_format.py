@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .render import metrics_html, render_trace
-from .trace import Comparison, Trace
+from .trace import Comparison, Trace, drafting_view
 
 if TYPE_CHECKING:
     from .models import LoadState
@@ -80,13 +80,14 @@ def placeholder_html(policy: str, state: str, note: str | None = None) -> str:
     )
 
 
-def live_html(trace: Trace) -> str:
-    """A column whose policy is running: the rounds decided so far and the live pass counters."""
+def live_html(trace: Trace, state: str = "running") -> str:
+    """A column whose policy is running (or `state="replaying"`: a finished run played back): the
+    rounds decided so far, the pending draft if any, and the live pass counters."""
     return (
-        f'<div class="specviz-column" data-policy="{html.escape(trace.policy)}" data-state="running">'
+        f'<div class="specviz-column" data-policy="{html.escape(trace.policy)}" data-state="{html.escape(state)}">'
         + column_title_html(trace.policy, trace.label)
         + render_trace(trace)
-        + '<div class="specviz-live">running: round <b data-live="rounds">'
+        + f'<div class="specviz-live">{html.escape(state)}: round <b data-live="rounds">'
         + f'{len(trace.rounds)}</b> · target passes <b data-live="target_passes">{trace.target_passes}</b>'
         + f' · draft passes <b data-live="draft_passes">{trace.draft_passes}</b>'
         + f' · tokens <b data-live="new_tokens">{trace.new_tokens}</b></div></div>'
@@ -143,6 +144,25 @@ def column_htmls(comparison: Comparison | None, *, running: bool = True, note: s
             out.append(placeholder_html(policy, "waiting", ORACLE_WAITING_NOTE if oracle_waits else None))
         else:
             out.append(placeholder_html(policy, "skipped", note))
+    return out
+
+
+def playback_htmls(comparison: Comparison, order: Sequence[str], frames: int) -> list[list[str]]:
+    """A finished comparison played back as it streamed, in `frames` steps: step j shows every
+    column's first j/frames of its rounds, judged, and the next round's draft pending. The last
+    step is not included: it is the finished view (`column_htmls(..., running=False)`)."""
+    out = []
+    for step in range(frames):
+        htmls = []
+        for policy in order:
+            trace = trace_for(comparison, policy)
+            if trace is None:
+                htmls.append(placeholder_html(policy, "skipped", ORACLE_SAMPLED_NOTE if policy == "oracle"
+                                              and _sampled(comparison) else None))
+                continue
+            shown = drafting_view(trace, len(trace.rounds) * step // frames)
+            htmls.append(live_html(shown, state="replaying"))
+        out.append(htmls)
     return out
 
 

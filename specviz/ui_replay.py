@@ -12,6 +12,23 @@ from .trace import Round, Trace
 
 # ---- round-by-round replay -----------------------------------------------------------------
 
+# Each round shown plays "draft, then verdict": for REVEAL_S its draft tokens look pending (the
+# style of render.py's tok-pending) and the verdicts are hidden; then both appear. CSS only, so
+# stepping stays instant, and a viewer who asks for reduced motion sees the verdict at once.
+REVEAL_S = 0.8
+REPLAY_CSS = f"""
+@keyframes specviz-drafted {{
+  from {{ background: #e4e4e4; color: #2b2b2b; font-style: italic; text-decoration: none; border-color: transparent;
+         outline: 2px dashed #5a5a5a; outline-offset: -2px; }}
+}}
+@keyframes specviz-judged {{ from {{ opacity: 0; }} }}
+.specviz-replay .replay-reveal {{ animation: specviz-drafted 0.15s ease-out {REVEAL_S}s backwards; }}
+.specviz-replay .replay-verdict {{ animation: specviz-judged 0.15s ease-out {REVEAL_S}s backwards; }}
+@media (prefers-reduced-motion: reduce) {{
+  .specviz-replay .replay-reveal, .specviz-replay .replay-verdict {{ animation: none; }}
+}}
+"""
+
 
 class StopReason(NamedTuple):
     code: str  # "budget", "threshold", "entropy", "eos", "none"
@@ -109,7 +126,11 @@ _VERDICT_TEXT = {"accepted": "accepted", "rejected": "rejected: the target disag
 
 
 def replay_html(step: ReplayStep) -> str:
-    """The replay panel for one round; every model or user text is escaped."""
+    """The replay panel for one round; every model or user text is escaped.
+
+    The round plays as it ran: the draft's tokens first show as pending, and the target's verdict
+    (their colours, the verdict column, the token it adds) follows a moment later; the classes
+    `replay-reveal` and `replay-verdict` carry that animation (REPLAY_CSS)."""
     e = html.escape
     rows = []
     for i, t in enumerate(step.tokens):
@@ -117,8 +138,9 @@ def replay_html(step: ReplayStep) -> str:
         prob = "–" if t.prob is None else f"{t.prob:.2f}"
         entropy = "–" if t.entropy is None else f"{t.entropy:.2f}"
         rows.append(f'<tr data-verdict="{t.verdict}"><td>{i + 1}</td>'
-                    f'<td><span class="tok tok-{kind}">{e(visible_whitespace(t.text))}</span></td>'
-                    f"<td>{prob}</td><td>{entropy}</td><td>{e(_VERDICT_TEXT[t.verdict])}</td></tr>")
+                    f'<td><span class="tok tok-{kind} replay-reveal">{e(visible_whitespace(t.text))}</span></td>'
+                    f'<td>{prob}</td><td>{entropy}</td><td class="replay-verdict">{e(_VERDICT_TEXT[t.verdict])}</td>'
+                    "</tr>")
     table = ('<table class="replay-drafts"><thead><tr><th>#</th><th>draft token</th><th>probability</th>'
              '<th>entropy (nats)</th><th>target\'s verdict</th></tr></thead><tbody>'
              + ("".join(rows) or '<tr><td colspan="5">no draft tokens this round</td></tr>')
@@ -140,7 +162,7 @@ def replay_html(step: ReplayStep) -> str:
         f'<div class="replay-line"><b>The draft proposes:</b></div>{table}'
         f'<div class="replay-line"><b>Drafting stopped:</b> <span data-replay="stop" data-code="{e(step.stop.code)}">'
         f"{e(step.stop.text)}</span></div>"
-        f'<div class="replay-line"><b>The target adds:</b> {added}</div>'
+        f'<div class="replay-line replay-verdict"><b>The target adds:</b> {added}</div>'
         f'<div class="replay-line replay-counts">Target passes so far: <b data-replay="target_passes">'
         f'{step.target_passes}</b> · draft passes so far: <b data-replay="draft_passes">{step.draft_passes}</b></div>'
         "</div>"

@@ -75,16 +75,31 @@ READ_COLUMNS_JS = """(policies) => {
 
 # Streaming is real: a column shows coloured tokens while its policy is still running (no metrics
 # block yet), and more of them at a later update.
+# A running column also shows the round under way as pending draft tokens, before the verdict:
+# each pending round seen is recorded with its tokens, to be found judged in the final column.
 WATCH_STREAMING_JS = """() => {
   const seen = window.__specvizStreamed = {};
+  const pending = window.__specvizPending = [];
   new MutationObserver(() => {
     for (const col of document.querySelectorAll('#columns .specviz-column[data-state="running"]')) {
       if (col.querySelector('.specviz-metrics')) continue;
       const p = col.dataset.policy, n = col.querySelectorAll('.specviz-tokens .tok').length;
       if (n) (seen[p] = seen[p] || []).push(n);
+      const round = col.querySelector('.specviz-tokens .round-pending');
+      if (round) {
+        const tokens = [...round.querySelectorAll('.tok')];
+        pending.push({policy: p, round: round.dataset.round, texts: tokens.map(t => t.textContent),
+                      onlyPending: tokens.every(t => t.classList.contains('tok-pending')),
+                      judgedBefore: col.querySelectorAll('.specviz-tokens .round:not(.round-pending)').length,
+                      titles: tokens.map(t => t.title),
+                      background: getComputedStyle(tokens[0]).backgroundColor});
+      }
     }
   }).observe(document.body, {subtree: true, childList: true});
 }"""
+
+READ_ROUND_JS = """([policy, round]) => [...document.querySelectorAll(
+  '#col-' + policy + ' .specviz-tokens .round[data-round="' + round + '"] .tok')].map(t => t.textContent)"""
 
 READ_PLOT_JS = """() => {
   const gd = document.querySelector('#lookahead-plot .js-plotly-plot');
@@ -132,6 +147,8 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
     page.wait_for_timeout(500)  # let plotly finish drawing before the screenshot
 
     streamed = page.evaluate("() => window.__specvizStreamed")
+    pending = page.evaluate("() => window.__specvizPending")
+    judged_rounds = [page.evaluate(READ_ROUND_JS, [seen["policy"], seen["round"]]) for seen in pending]
     shown = page.evaluate(READ_COLUMNS_JS, POLICIES)
     plot = page.evaluate(READ_PLOT_JS)
     status_text = page.inner_text("#status")
@@ -158,6 +175,16 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
         counts = streamed.get(policy, [])
         assert counts and counts == sorted(counts), (policy, counts)
     assert sum(len(set(streamed[p])) >= 2 for p in POLICIES) >= 2, streamed
+
+    # The draft step is visible: rounds showed as pending (their own style, the draft's probability
+    # on hover) while the rounds before them were judged, and the same tokens were judged later.
+    assert len({seen["policy"] for seen in pending}) >= 2, pending
+    verdict_backgrounds = {style["background"] for col in shown.values() for style in col["styles"].values()}
+    for seen, judged in zip(pending, judged_rounds):
+        assert seen["onlyPending"] and seen["judgedBefore"] == int(seen["round"]), seen
+        assert all(re.search(r"draft p=\d\.\d\d · pending", title) for title in seen["titles"]), seen
+        assert seen["background"] not in verdict_backgrounds | {"rgba(0, 0, 0, 0)"}, seen
+        assert judged[: len(seen["texts"])] == seen["texts"], (seen, judged)
 
     for trace in comparison.traces:
         col = shown[trace.policy]

@@ -1,8 +1,9 @@
 """The app with no model work: examples open at once, and a model that cannot load says why.
 
 Two apps in headless Chromium, neither of which loads a model:
-* SPECVIZ_PRELOAD=0: clicking an example shows its comparison computed ahead (four complete
-  columns, labelled precomputed) while the model-pair line still says nothing was loaded;
+* SPECVIZ_PRELOAD=0: clicking an example plays its comparison computed ahead back round by round
+  (drafts pending, then judged) and then shows four complete columns, labelled precomputed, while
+  the model-pair line still says nothing was loaded;
 * SPECVIZ_CACHE pointing at a file: the background preload fails, and both the page's model line
   and the status after Run give the cause and the fix, with no traceback anywhere.
 """
@@ -23,6 +24,25 @@ if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
 
 
+# Every frame of an example's playback: how many judged rounds each replaying column shows, and
+# whether the round after them shows as pending draft tokens in some column.
+WATCH_PLAYBACK_JS = """() => {
+  const frames = window.__playback = [];
+  new MutationObserver(() => {
+    const columns = document.querySelectorAll('#columns .specviz-column[data-state="replaying"]');
+    if (!columns.length) return;
+    const rounds = {};
+    let pending = false;  // a round may draft nothing (the oracle where the draft is wrong at once)
+    for (const col of columns) {
+      rounds[col.dataset.policy] = col.querySelectorAll('.specviz-tokens .round:not(.round-pending)').length;
+      pending = pending || !!col.querySelector('.round-pending .tok-pending');
+    }
+    const last = frames[frames.length - 1];
+    if (!last || JSON.stringify(last.rounds) !== JSON.stringify(rounds)) frames.push({rounds, pending});
+  }).observe(document.querySelector('#columns'), {subtree: true, childList: true});
+}"""
+
+
 def test_an_example_opens_a_complete_comparison_without_any_model(tmp_path, browser):
     from specviz.ui_import import example_comparison, load_examples
 
@@ -33,6 +53,7 @@ def test_an_example_opens_a_complete_comparison_without_any_model(tmp_path, brow
         page.wait_for_selector("#example-0", timeout=60_000)
         assert "loads on the first Run" in page.inner_text("#model-status")
         for index, example in enumerate(load_examples()):
+            page.evaluate(WATCH_PLAYBACK_JS)
             page.click(f"#example-{index}")
             page.wait_for_function(
                 "([ps, prompt]) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))"
@@ -40,6 +61,12 @@ def test_an_example_opens_a_complete_comparison_without_any_model(tmp_path, brow
                 " && document.querySelector('#prompt textarea').value === prompt",
                 arg=[POLICIES, example.prompt], timeout=30_000)
             assert page.locator("#prompt textarea").input_value() == example.prompt
+            # It played back first: columns replaying, their rounds growing, the next draft pending.
+            frames = page.evaluate("() => window.__playback")
+            assert len(frames) >= 3 and all(f["pending"] for f in frames), frames
+            for policy in POLICIES:
+                rounds = [f["rounds"][policy] for f in frames if policy in f["rounds"]]
+                assert rounds == sorted(rounds) and rounds[-1] > rounds[0], (policy, frames)
             stored = example_comparison(example)
             for trace in stored.traces:
                 shown = page.inner_text(f'#col-{trace.policy} [data-metric="target_passes"]')

@@ -209,3 +209,27 @@ def test_target_only_sampling_matches_target_distribution(tiny_unrelated_pair):
     for seed in range(1500):
         counts[target_only(tiny_pair, prompt, 1, temperature=1.0, seed=seed).token_ids[0]] += 1
     assert total_variation(counts, p_first) < 0.08
+
+
+def test_each_round_is_shown_drafted_before_it_is_judged(tiny_pair):
+    """speculate yields after the draft step (the proposal pending) and after the verdict; the
+    pending proposal is the round's draft, and stopping by should_stop never drops a drafted round."""
+    from specviz.engine import speculate
+
+    frames = []
+    for trace in speculate(tiny_pair, [1, 2, 3], Dynamic(0.4, 20), 40):
+        frames.append((len(trace.rounds), None if trace.pending is None else list(trace.pending.draft_ids)))
+    rounds = trace.rounds
+    assert trace.pending is None and trace.stop_reason == "max_new_tokens"
+    drafting = [r for r in rounds if r.draft_ids]
+    assert drafting, "the tiny pair drafted nothing"
+    pending = [(judged, ids) for judged, ids in frames if ids is not None]
+    assert pending == [(r.index, r.draft_ids) for r in drafting]  # shown after exactly the rounds before it
+    judged = [judged for judged, ids in frames if ids is None]
+    assert judged == list(range(len(rounds) + 1))  # and after every verdict (and once before any)
+    assert trace.wall_s >= sum(r.draft_s + r.verify_s for r in rounds)
+
+    calls = []
+    stopped = generate(tiny_pair, [1, 2, 3], Static(4), 40, should_stop=lambda: len(calls.append(1) or calls) > 2)
+    assert stopped.pending is None and len(stopped.rounds) == 2
+    assert stopped.draft_passes == sum(r.draft_passes for r in stopped.rounds) > 0

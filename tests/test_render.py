@@ -16,7 +16,7 @@ from specviz.render import (
     render_trace,
     summary_rows,
 )
-from specviz.trace import Baseline, Comparison, Round, Trace
+from specviz.trace import Baseline, Comparison, Pending, Round, Trace, drafting_view
 
 # ---- helpers -------------------------------------------------------------------------------
 
@@ -216,7 +216,7 @@ def test_empty_trace_renders_an_empty_container():
 
 def test_css_is_readable_and_legend_covers_every_kind():
     assert "font-size: 17px" in TOKEN_CSS
-    for kind in ("accepted", "rejected", "correction", "bonus"):
+    for kind in ("accepted", "rejected", "correction", "bonus", "pending"):
         assert f".tok-{kind}" in TOKEN_CSS
         assert f"tok-{kind}" in LEGEND_HTML
     assert legend_html() == LEGEND_HTML
@@ -296,3 +296,32 @@ def test_summary_rows():
     assert rows[2][0] == "dynamic"
     assert rows[2][7] == "3.00x"
     assert rows[2][8] == "no (from position 4)"
+
+
+# ---- pending drafts ------------------------------------------------------------------------
+
+
+def test_a_pending_draft_follows_the_judged_rounds_escaped_with_its_probability():
+    trace = sample_trace()
+    trace.pending = Pending([7, 8], [0.91, 0.35], ["<b>x</b>", " "])
+    page = render_trace(trace)
+    doc = parse(page)
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    pending = page[page.index("round-pending"):]
+    assert pending.count("tok tok-pending") == 2 and 'data-round="5"' in pending
+    assert "draft p=0.91 · pending" in pending and "draft p=0.35 · pending" in pending
+    assert 'data-ws="␣"' in pending  # whitespace stays visible while pending too
+    assert page.count("tok-pending") == 2 and doc.text.endswith("<b>x</b> ")
+    assert "round-pending" not in render_trace(sample_trace())
+
+
+def test_drafting_view_shows_the_rounds_before_judged_and_the_next_pending():
+    trace = sample_trace()
+    view = drafting_view(trace, 1)
+    assert [r.index for r in view.rounds] == [0]
+    assert view.pending == Pending(trace.rounds[1].draft_ids, trace.rounds[1].draft_probs, [" on", " a", " mat"])
+    assert view.token_ids == trace.rounds[0].committed_ids and view.lossless is None
+    assert drafting_view(trace, 3).pending is None  # round 3 drafted nothing
+    whole = drafting_view(trace, 99)
+    assert whole.rounds == trace.rounds and whole.pending is None and whole.token_ids == trace.token_ids
+    assert trace.pending is None and len(trace.rounds) == 5  # the finished trace is untouched

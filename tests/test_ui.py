@@ -269,6 +269,9 @@ def test_replay_step_data():
     assert replay_step(trace, -5).index == 0
     page = replay_html(second)
     assert "&lt;f&gt;" in page and "<f>" not in page
+    # Draft, then verdict: every draft token and every verdict carries the reveal animation.
+    assert page.count("replay-reveal") == 3 and page.count('class="replay-verdict"') == 3
+    assert "replay-line replay-verdict" in page
     assert 'data-replay="round">2<' in page and 'data-replay="draft_passes">6<' in page
     with pytest.raises(SpecVizError):
         replay_step(_trace(rounds=[]), 0)
@@ -366,3 +369,21 @@ def test_every_shipped_example_loads_is_lossless_and_has_the_current_schema():
         # The stored file is exactly what today's code writes for this comparison: same schema.
         stored = json.loads(example.comparison_path.read_text(encoding="utf-8"))
         assert comparison.to_dict() == stored, f"{example.name}: regenerate with scripts/make_examples.py"
+
+
+def test_an_example_plays_back_round_by_round_before_it_is_shown_whole():
+    from specviz.ui_format import playback_htmls
+    from specviz.ui_import import example_comparison
+
+    comparison = example_comparison(load_examples()[0])
+    order = POLICY_COLUMNS
+    frames = playback_htmls(comparison, order, 6)
+    assert len(frames) == 6 and all(len(htmls) == len(order) for htmls in frames)
+    for column, policy in enumerate(order):
+        trace = next(t for t in comparison.traces if t.policy == policy)
+        shown = [htmls[column].count('<span class="round ') - htmls[column].count("round-pending")
+                 for htmls in frames]
+        assert shown == [len(trace.rounds) * step // 6 for step in range(6)], policy
+        assert all('data-state="replaying"' in htmls[column] and "specviz-metrics" not in htmls[column]
+                   for htmls in frames)
+    assert all("tok-pending" in htmls[0] for htmls in frames)  # static drafts every round
