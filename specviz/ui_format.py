@@ -7,7 +7,7 @@ Every piece of text that may come from a user or a model goes through `html.esca
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .render import metrics_html, render_trace
@@ -147,11 +147,11 @@ def column_htmls(comparison: Comparison | None, *, running: bool = True, note: s
     return out
 
 
-def playback_htmls(comparison: Comparison, order: Sequence[str], frames: int) -> list[list[str]]:
-    """A finished comparison played back as it streamed, in `frames` steps: step j shows every
-    column's first j/frames of its rounds, judged, and the next round's draft pending. The last
-    step is not included: it is the finished view (`column_htmls(..., running=False)`)."""
-    out = []
+def playback_htmls(comparison: Comparison, order: Sequence[str], frames: int) -> Iterator[list[str]]:
+    """A finished comparison played back as it streamed, in `frames` steps (each made when asked
+    for, so the first is on its way at once): step j shows every column's first j/frames of its
+    rounds, judged, and the next round's draft pending. The finished view is not among them
+    (`column_htmls(..., running=False)`)."""
     for step in range(frames):
         htmls = []
         for policy in order:
@@ -162,8 +162,7 @@ def playback_htmls(comparison: Comparison, order: Sequence[str], frames: int) ->
                 continue
             shown = drafting_view(trace, len(trace.rounds) * step // frames)
             htmls.append(live_html(shown, state="replaying"))
-        out.append(htmls)
-    return out
+        yield htmls
 
 
 def load_status_html(state: LoadState, preset: str) -> str:

@@ -377,7 +377,7 @@ def test_an_example_plays_back_round_by_round_before_it_is_shown_whole():
 
     comparison = example_comparison(load_examples()[0])
     order = POLICY_COLUMNS
-    frames = playback_htmls(comparison, order, 6)
+    frames = list(playback_htmls(comparison, order, 6))
     assert len(frames) == 6 and all(len(htmls) == len(order) for htmls in frames)
     for column, policy in enumerate(order):
         trace = next(t for t in comparison.traces if t.policy == policy)
