@@ -51,7 +51,7 @@ from specviz.ui_format import (
 )
 from specviz.ui_import import MAX_IMPORT_BYTES, example_comparison, load_comparison_file, load_examples
 from specviz.ui_inputs import max_new_tokens_value, modes_string, seed_value, server_options, temperature_value
-from specviz.ui_replay import REPLAY_CSS, replay_html, replay_step
+from specviz.ui_replay import REPLAY_CSS, REPLAY_REVEAL_JS, replay_html, replay_step
 
 logger = logging.getLogger("specviz.app")
 
@@ -125,8 +125,10 @@ REPLAY_JS = """
 }
 """
 
-# The page's one load-time script: replay keys, and columns that follow the live edge.
-PAGE_JS = f"() => {{ ({REPLAY_JS.strip()})(); ({FOLLOW_JS.strip()})(); }}"
+# The page's one load-time script: replay keys and its draft-then-verdict reveal, and columns
+# that follow the live edge.
+PAGE_JS = (f"() => {{ ({REPLAY_JS.strip()})(); ({REPLAY_REVEAL_JS.strip()})(); "
+           f"({FOLLOW_JS.strip()})(); }}")
 
 # Model work is serialized: a run cancelled by Stop finishes its current step in a worker thread,
 # and the next run must not start computing on the shared pair until that step is over.

@@ -29,6 +29,27 @@ REPLAY_CSS = f"""
 }}
 """
 
+# Gradio updates an HTML component in place, reusing its elements, and a CSS animation that has
+# run does not run again on the same element. So when the panel shows another round (or policy),
+# its animations are restarted: dropped for one style recalculation, then given back.
+REPLAY_REVEAL_JS = """
+() => {
+  let shown = null;
+  const restart = () => {
+    const step = document.querySelector('#replay-panel .specviz-replay[data-round]');
+    const key = step ? step.dataset.label + '|' + step.dataset.round : null;
+    if (!step || key === shown) return;
+    shown = key;
+    const parts = step.querySelectorAll('.replay-reveal, .replay-verdict');
+    parts.forEach((el) => { el.style.animation = 'none'; });
+    void step.offsetWidth;
+    parts.forEach((el) => { el.style.animation = ''; });
+  };
+  new MutationObserver(restart).observe(document.body, {subtree: true, childList: true, attributes: true,
+                                                        attributeFilter: ['data-round', 'data-label']});
+}
+"""
+
 
 class StopReason(NamedTuple):
     code: str  # "budget", "threshold", "entropy", "eos", "none"

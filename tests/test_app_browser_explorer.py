@@ -72,6 +72,7 @@ def test_greedy_run_replay_sweep_and_import(app_url, browser):  # noqa: F811 - f
     page.keyboard.press("ArrowRight")  # typing in the prompt must not step the replay
     page.wait_for_timeout(800)
     assert replay_state(page)["round"] == "1"
+    page.wait_for_timeout(1200)  # the round's verdict shows 0.8 s after its draft
     page.locator("#replay").screenshot(path=str(ROOT / "docs" / "replay.png"))
 
     # Downloads are ready; import the JSON again: same columns, no model run.

@@ -144,3 +144,43 @@ def test_the_first_screen_shows_prompt_run_and_the_columns_first_tokens(tmp_path
         page.close()
     finally:
         stop_app(proc)
+
+
+# The background of the replay's first draft token, read as soon as the panel shows another round
+# (this observer runs after the page's own, which restarts the reveal), and again later.
+WATCH_REVEAL_JS = """() => {
+  const seen = window.__reveal = [];
+  new MutationObserver(() => {
+    const step = document.querySelector('#replay-panel .specviz-replay[data-round]');
+    const token = step && step.querySelector('.replay-reveal');
+    if (token && (!seen.length || seen[seen.length - 1].round !== step.dataset.round))
+      seen.push({round: step.dataset.round, background: getComputedStyle(token).backgroundColor});
+  }).observe(document.body, {subtree: true, childList: true, attributes: true});
+}"""
+
+
+def test_the_replay_shows_each_round_drafted_then_judged(tmp_path, browser):
+    proc, url = start_app(tmp_path / "app.log", SPECVIZ_PRELOAD="0")
+    try:
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        page.goto(url)
+        page.wait_for_selector("#example-0", timeout=60_000)
+        page.click("#example-0")
+        page.wait_for_selector("#replay-panel .specviz-replay[data-round] .replay-reveal", timeout=30_000)
+        page.evaluate(WATCH_REVEAL_JS)
+        pending = page.evaluate("() => { const s = document.createElement('span'); s.className = 'tok tok-pending';"
+                                " document.body.append(s); const c = getComputedStyle(s).backgroundColor; s.remove();"
+                                " return c; }")
+        for round_index in ("1", "2"):
+            page.click("#replay-next")
+            page.wait_for_selector(f'#replay-panel .specviz-replay[data-round="{round_index}"]', timeout=10_000)
+            page.wait_for_timeout(1500)  # the verdict comes 0.8 s after the draft
+            judged = page.evaluate("() => getComputedStyle(document.querySelector('#replay-panel .replay-reveal'))"
+                                   ".backgroundColor")
+            assert judged != pending, round_index
+        seen = [s for s in page.evaluate("() => window.__reveal") if s["round"] != "0"]  # 0: shown before
+        assert [s["round"] for s in seen] == ["1", "2"], seen
+        assert all(s["background"] == pending for s in seen), (pending, seen)  # drafted first, every round
+        page.close()
+    finally:
+        stop_app(proc)
