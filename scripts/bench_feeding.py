@@ -17,12 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from specviz.bench import read_suite
-from specviz.engine import Drafter, TransformersDrafter, generate
-from specviz.models import DEFAULT_PRESET, encode_prompt, get_pair
-from specviz.oracle import make_oracle
-from specviz.policies import make_policy, parse_modes
-from specviz.study import DEFAULT_SUITES
+from specviz.core.engine import Drafter, TransformersDrafter, generate
+from specviz.core.models import DEFAULT_PRESET, encode_prompt, get_pair
+from specviz.core.oracle import make_oracle
+from specviz.core.policies import make_policy, parse_modes
+from specviz.study.bench import read_suite
+from specviz.study.runner import DEFAULT_SUITES
 
 MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 FEEDINGS = {"exact (SpecViz)": Drafter, "transformers": TransformersDrafter}

@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import transformers
 
-from specviz.models import DEFAULT_PRESET, get_pair
-from specviz.pipeline import Limits, compare, make_request
-from specviz.policies import DEFAULT_MODES
-from specviz.ui_import import load_examples
+from specviz.core.models import DEFAULT_PRESET, get_pair
+from specviz.core.pipeline import Limits, compare, make_request
+from specviz.core.policies import DEFAULT_MODES
+from specviz.ui.files import load_examples
 
 
 def machine() -> str:

@@ -1,7 +1,20 @@
 """SpecViz: see how speculative decoding spends its work.
 
-The data flow (DESIGN.md): models.load_pair -> engine.target_only (reference) -> oracle ->
-engine.generate per policy -> trace.Comparison -> render / plots / export.
+Three packages, one per stage of the data flow (DESIGN.md); imports run one way, from ui and
+study down to core:
+
+    core/   decode one prompt: the model pair (models), lookahead rules (policies), the
+            draft-verify loop (engine), the oracle's ideal (oracle), one prompt through every
+            policy (pipeline), and the records all of it produces (trace)
+    study/  measure and explain: the what-if replay (sweep), calibration and work split
+            (analysis), benchmarks (bench, hf_reference) and the study over whole suites
+            (runner, report)
+    ui/     the web page: its layout and events (page, events), the HTML it shows (render,
+            columns, replay), its charts (plots, explain_plots), downloads and imports (export,
+            files), and the public API (api)
+
+`cli.py` is the command line (`python -m specviz`), `errors.py` the one error type every stage
+raises for bad input, `colors.py` the policy colours every view shares.
 """
 
 from .errors import SpecVizError

@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from .core.models import DEFAULT_PRESET, PRESETS, ModelLoadError, get_pair, get_preset
+from .core.pipeline import Limits, compare, make_request
+from .core.policies import DEFAULT_MODES
+from .core.trace import Comparison
 from .errors import SpecVizError
-from .export import SWEEP_HEADERS, sweep_rows, write_all
-from .models import DEFAULT_PRESET, PRESETS, ModelLoadError, get_pair, get_preset
-from .pipeline import Limits, compare, make_request
-from .policies import DEFAULT_MODES
-from .render import SUMMARY_HEADERS, summary_rows
-from .sweep import sweep
-from .trace import Comparison
+from .study.sweep import sweep
+from .ui.export import SWEEP_HEADERS, sweep_rows, write_all
+from .ui.render import SUMMARY_HEADERS, summary_rows
 
 
 def format_table(headers: list[str], rows: list[list]) -> str:
@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live in their own modules (benchmarks, the study)."""
-    from .bench import register_commands
-    from .study import register_commands as register_study
+    from .study.bench import register_commands
+    from .study.runner import register_commands as register_study
 
     return [register_commands, register_study]
 

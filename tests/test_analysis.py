@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from test_plots import make_comparison, make_trace
 
-from specviz.analysis import (
+from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
+from specviz.study.analysis import (
     Judged,
     auc,
     calibration_bins,
@@ -17,10 +18,9 @@ from specviz.analysis import (
     split_at,
     work_split,
 )
-from specviz.explain_plots import calibration_figure, position_figure, work_figure
-from specviz.export import charts
-from specviz.sweep import PassCosts, sweep
-from specviz.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
+from specviz.study.sweep import PassCosts, sweep
+from specviz.ui.explain_plots import calibration_figure, position_figure, work_figure
+from specviz.ui.export import charts
 
 
 def a_round(index: int, position: int, probs: list[float], accepted: int, draft_s: float = 0.0,

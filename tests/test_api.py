@@ -1,12 +1,12 @@
-"""The public API's functions (specviz/api.py), without a server: plain data, checked input."""
+"""The public API's functions (specviz/ui/api.py), without a server: plain data, checked input."""
 
 import pytest
 
-from specviz import api
+from specviz.core.models import PRESETS
+from specviz.core.trace import Comparison
 from specviz.errors import SpecVizError
-from specviz.models import PRESETS
-from specviz.trace import Comparison
-from specviz.ui_import import load_examples
+from specviz.ui import api
+from specviz.ui.files import load_examples
 
 
 def test_presets_list_every_pair_with_its_models():

@@ -2,7 +2,7 @@
 
 Starts `python app.py --port <free port>` in a subprocess (SPECVIZ_CACHE inherited) and drives it
 with Playwright. The numbers on the page are checked against the same request run here, in the
-test process, through `specviz.pipeline.compare`: greedy decoding is deterministic, so the pass
+test process, through `specviz.core.pipeline.compare`: greedy decoding is deterministic, so the pass
 counts must match exactly (wall times differ and are not compared).
 
 Run: python -m pytest tests/test_app_browser.py -q     (about 1-2 minutes on 2 cores)
@@ -41,8 +41,8 @@ def app_url(tmp_path_factory):
 
 def expected_comparison():
     """The same request through the engine in this process."""
-    from specviz.models import DEFAULT_PRESET, get_pair
-    from specviz.pipeline import Limits, compare, make_request
+    from specviz.core.models import DEFAULT_PRESET, get_pair
+    from specviz.core.pipeline import Limits, compare, make_request
 
     request = make_request(PROMPT, "static:5,heuristic:5,dynamic:0.4:20,oracle", MAX_NEW_TOKENS)
     return compare(get_pair(DEFAULT_PRESET), request, Limits(time_budget_s=1200))

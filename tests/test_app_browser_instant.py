@@ -44,7 +44,7 @@ WATCH_PLAYBACK_JS = """() => {
 
 
 def test_an_example_opens_a_complete_comparison_without_any_model(tmp_path, browser):
-    from specviz.ui_import import example_comparison, load_examples
+    from specviz.ui.files import example_comparison, load_examples
 
     proc, url = start_app(tmp_path / "app.log", SPECVIZ_PRELOAD="0")
     try:

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from specviz.bench import ModeRow, PromptItem, read_suite, summarize_mode
 from specviz.cli import main
 from specviz.errors import SpecVizError
+from specviz.study.bench import ModeRow, PromptItem, read_suite, summarize_mode
 
 
 def write_suite(path, prompts):

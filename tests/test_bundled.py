@@ -3,12 +3,12 @@ oracle's optimality, parity with transformers, and the errors a user can hit."""
 
 import pytest
 
-from specviz.engine import TransformersDrafter, generate, target_only
+from specviz.core.engine import TransformersDrafter, generate, target_only
+from specviz.core.models import check_same_vocabulary, encode_prompt, get_pair
+from specviz.core.pipeline import Limits, compare, make_request, prompt_ids_for
+from specviz.core.policies import make_policy, parse_modes
 from specviz.errors import SpecVizError
-from specviz.hf_reference import hf_assisted
-from specviz.models import check_same_vocabulary, encode_prompt, get_pair
-from specviz.pipeline import Limits, compare, make_request, prompt_ids_for
-from specviz.policies import make_policy, parse_modes
+from specviz.study.hf_reference import hf_assisted
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +128,7 @@ def test_mismatched_vocabularies_are_refused(bundled_pair):
 
 
 def test_hub_preset_offline_fails_fast_with_the_preset_name(monkeypatch, tmp_path):
-    from specviz.models import load_pair
+    from specviz.core.models import load_pair
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))

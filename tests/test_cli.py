@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from specviz.cli import main
-from specviz.trace import Comparison
+from specviz.core.trace import Comparison
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -4,11 +4,11 @@ the target's distribution, and parity with transformers' assisted generation."""
 import pytest
 import torch
 
-from specviz.engine import CachedModel, Drafter, TransformersDrafter, generate, target_only
-from specviz.hf_reference import hf_assisted
-from specviz.oracle import make_oracle
-from specviz.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
-from specviz.trace import first_difference
+from specviz.core.engine import CachedModel, Drafter, TransformersDrafter, generate, target_only
+from specviz.core.oracle import make_oracle
+from specviz.core.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
+from specviz.core.trace import first_difference
+from specviz.study.hf_reference import hf_assisted
 
 PROMPTS = [[1, 2, 3], [5], [7, 7, 7, 7, 2, 0, 1], [3, 1, 4, 1, 5, 2, 6]]
 
@@ -214,7 +214,7 @@ def test_target_only_sampling_matches_target_distribution(tiny_unrelated_pair):
 def test_each_round_is_shown_drafted_before_it_is_judged(tiny_pair):
     """speculate yields after the draft step (the proposal pending) and after the verdict; the
     pending proposal is the round's draft, and stopping by should_stop never drops a drafted round."""
-    from specviz.engine import speculate
+    from specviz.core.engine import speculate
 
     frames = []
     for trace in speculate(tiny_pair, [1, 2, 3], Dynamic(0.4, 20), 40):

@@ -14,11 +14,11 @@ guess at an answer position is a function of the text alone. Then, for every gre
 
 import pytest
 
-from specviz.bench import read_suite
-from specviz.pipeline import compare, make_request
-from specviz.policies import make_policy, parse_modes
-from specviz.study import DEFAULT_SUITES
-from specviz.sweep import replay
+from specviz.core.pipeline import compare, make_request
+from specviz.core.policies import make_policy, parse_modes
+from specviz.study.bench import read_suite
+from specviz.study.runner import DEFAULT_SUITES
+from specviz.study.sweep import replay
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def suite_prompts():
 
 @pytest.fixture(scope="module", params=["smollm2-135m-int8", "smollm2-135m-bf16"])
 def comparisons(request):
-    from specviz.models import get_pair
+    from specviz.core.models import get_pair
 
     pair = get_pair(request.param)
     return pair, [compare(pair, make_request(item.prompt, MODES, MAX_NEW_TOKENS)) for item in suite_prompts()]
@@ -78,6 +78,6 @@ def test_the_what_if_replay_is_exact_for_every_setting_run(comparisons):
 
 
 def _oracle_of(c):
-    from specviz.policies import Oracle
+    from specviz.core.policies import Oracle
 
     return Oracle(c.oracle_ideal)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from specviz.heartbeat import with_heartbeat
+from specviz.ui.heartbeat import with_heartbeat
 
 
 def slow_steps(delays: list[float], log: list[str]):

@@ -2,8 +2,8 @@
 
 import pytest
 
+from specviz.core.models import ALLOW_HUB_MODELS_ENV, DEFAULT_PRESET, PRESETS, cache_root, get_preset
 from specviz.errors import SpecVizError
-from specviz.models import ALLOW_HUB_MODELS_ENV, DEFAULT_PRESET, PRESETS, cache_root, get_preset
 
 
 def test_default_preset_is_bundled_and_offline():

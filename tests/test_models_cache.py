@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz import models
+from specviz.core import models
 
 pytestmark = pytest.mark.slow
 

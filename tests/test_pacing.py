@@ -1,6 +1,6 @@
 """The app's column pacer: an update about every `every_s`, preferring frames with a pending draft."""
 
-from specviz.pacing import Pacer
+from specviz.ui.pacing import Pacer
 
 
 def test_after_the_interval_a_pending_frame_is_sent_and_others_wait():

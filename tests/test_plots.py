@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from specviz.plots import (
-    POLICY_COLORS,
+from specviz.colors import POLICY_COLORS
+from specviz.core.trace import Baseline, Comparison, Round, Trace
+from specviz.ui.plots import (
     cumulative_tokens,
     lookahead_figure,
     progress_figure,
 )
-from specviz.trace import Baseline, Comparison, Round, Trace
 
 
 def make_round(index: int, position: int, lookahead: int, accepted: int, target: bool = True) -> Round:

@@ -2,8 +2,7 @@
 
 import pytest
 
-from specviz.errors import SpecVizError
-from specviz.policies import (
+from specviz.core.policies import (
     MAX_LOOKAHEAD,
     Adaptive,
     DraftStep,
@@ -17,6 +16,7 @@ from specviz.policies import (
     parse_modes,
     roc_threshold,
 )
+from specviz.errors import SpecVizError
 
 
 def drafted_until_stop(policy, probs, position=0):

@@ -6,7 +6,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specviz.render import (
+from specviz.core.trace import Baseline, Comparison, Pending, Round, Trace, drafting_view
+from specviz.ui.render import (
     LEGEND_HTML,
     SUMMARY_HEADERS,
     TOKEN_CSS,
@@ -16,7 +17,6 @@ from specviz.render import (
     render_trace,
     summary_rows,
 )
-from specviz.trace import Baseline, Comparison, Pending, Round, Trace, drafting_view
 
 # ---- helpers -------------------------------------------------------------------------------
 

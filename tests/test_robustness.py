@@ -1,6 +1,6 @@
 """Issue 6, in process: hostile and odd input through the app's own `run` handler.
 
-`app.run` is the generator Gradio calls for "Run" (scripts use the `/compare` endpoint). It is driven here
+`events.run` is the generator Gradio calls for "Run" (scripts use the `/compare` endpoint). It is driven here
 directly; its last output is what the page finally shows. Every
 bad input must end with a status line in the error state that says what is wrong, no traceback,
 and the next valid request must still work. Widget-level limits (slider minimum, number box
@@ -25,11 +25,11 @@ GOOD = {"prompt": "Name a fruit.", "preset": "smollm2-135m-int8", "max_new_token
 
 
 def run_app(**overrides) -> tuple:
-    """The last output of app.run for GOOD with `overrides`: (status html, column htmls)."""
-    import app
+    """The last output of events.run for GOOD with `overrides`: (status html, column htmls)."""
+    from specviz.ui import events
 
     outputs = None
-    for outputs in app.run(**{**GOOD, **overrides}):
+    for outputs in events.run(**{**GOOD, **overrides}):
         pass
     assert outputs is not None
     status = outputs[0]
@@ -131,7 +131,7 @@ def test_hub_ids_only_behind_the_switch(monkeypatch):
 def test_nothing_loads_remote_code():
     """No model is ever loaded with trust_remote_code=True, anywhere in the package or the app."""
     offenders = []
-    for path in [ROOT / "app.py", *sorted((ROOT / "specviz").glob("*.py"))]:
+    for path in [ROOT / "app.py", *sorted((ROOT / "specviz").rglob("*.py"))]:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if re.search(r"trust_remote_code\s*=\s*(?!False\b)", line):
                 offenders.append(f"{path.name}:{number}: {line.strip()}")
@@ -174,10 +174,9 @@ def test_odd_characters_just_work_and_the_app_keeps_serving(bundled_pair):
 def test_eos_as_the_first_token_gives_empty_answers_with_correct_counts(bundled_pair, monkeypatch):
     """The pair's end-of-sequence set is made to contain the first greedy token of the prompt's
     answer, so every run stops at once: one target pass, one token (the EOS), an empty answer."""
-    import app
-    from specviz.engine import target_only
-    from specviz.models import encode_prompt
-    from specviz.pipeline import Limits, compare, make_request
+    from specviz.core.engine import target_only
+    from specviz.core.models import encode_prompt
+    from specviz.core.pipeline import Limits, compare, make_request
 
     ids = encode_prompt(bundled_pair, GOOD["prompt"])
     first = target_only(bundled_pair, ids, 1).token_ids[0]
@@ -191,7 +190,9 @@ def test_eos_as_the_first_token_gives_empty_answers_with_correct_counts(bundled_
         assert trace.token_ids == [first], trace.label
         assert trace.stop_reason == "eos" and trace.target_passes == 1 and trace.lossless is True, trace.label
 
-    monkeypatch.setattr(app, "wait_for_pair", lambda name: iter([stopping]))
+    from specviz.ui import events
+
+    monkeypatch.setattr(events, "wait_for_pair", lambda name: iter([stopping]))
     status, columns = run_app(max_new_tokens=16)
     assert state_of(status) == "done", message_of(status)
     done = [c for c in columns if 'data-state="done"' in c]
@@ -220,7 +221,7 @@ def test_a_tiny_time_budget_shows_partial_results_marked_partial(bundled_pair, m
 
 @pytest.mark.parametrize("raw", ["", "abc", "0", "-3", "nan", " "])
 def test_a_bad_limit_in_the_environment_means_the_default(monkeypatch, raw):
-    from specviz.pipeline import Limits
+    from specviz.core.pipeline import Limits
 
     for name in ("SPECVIZ_MAX_NEW_TOKENS", "SPECVIZ_MAX_PROMPT_TOKENS", "SPECVIZ_TIME_BUDGET_S", "SPECVIZ_QUEUE_SIZE"):
         monkeypatch.setenv(name, raw)
@@ -228,7 +229,7 @@ def test_a_bad_limit_in_the_environment_means_the_default(monkeypatch, raw):
 
 
 def test_limits_are_read_from_the_environment(monkeypatch):
-    from specviz.pipeline import Limits
+    from specviz.core.pipeline import Limits
 
     monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "64")
     monkeypatch.setenv("SPECVIZ_MAX_PROMPT_TOKENS", "100")
@@ -240,23 +241,23 @@ def test_limits_are_read_from_the_environment(monkeypatch):
 @pytest.mark.parametrize("cap", ["1", "10", "16", "17"])
 def test_the_app_builds_with_any_token_cap(monkeypatch, cap):
     """A cap below the slider's usual minimum (16) must not stop the app from starting."""
-    import app
+    from specviz.ui.page import build_demo
 
     monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", cap)
     monkeypatch.setenv("SPECVIZ_QUEUE_SIZE", "not-a-number")
-    demo = app.build_demo()
+    demo = build_demo()
     slider = next(c for c in demo.blocks.values() if getattr(c, "elem_id", None) == "max-new-tokens")
     assert slider.maximum == int(cap) and slider.minimum < slider.maximum
 
 
 def test_every_setting_in_the_code_is_in_the_readme_limits_table():
-    code = (ROOT / "app.py").read_text() + "".join(p.read_text() for p in (ROOT / "specviz").glob("*.py"))
+    code = (ROOT / "app.py").read_text() + "".join(p.read_text() for p in (ROOT / "specviz").rglob("*.py"))
     used = set(re.findall(r"SPECVIZ_[A-Z_]+", code)) - {"SPECVIZ_"}
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Limits"):].split("\n## ")[0]
     documented = set(re.findall(r"`(SPECVIZ_[A-Z_]+)`", table))
     assert used <= documented, f"not in the README's Limits table: {sorted(used - documented)}"
-    from specviz.pipeline import Limits
+    from specviz.core.pipeline import Limits
 
     for name, default in [("SPECVIZ_MAX_NEW_TOKENS", Limits.max_new_tokens),
                           ("SPECVIZ_MAX_PROMPT_TOKENS", Limits.max_prompt_tokens),
@@ -274,7 +275,7 @@ def test_the_bundled_cache_is_rebuilt_once_when_damaged(tmp_path, monkeypatch, d
     rebuild from the GGUF is tests/test_models_cache.py."""
     import transformers
 
-    from specviz import models
+    from specviz.core import models
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: object())  # the package is there

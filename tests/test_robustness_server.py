@@ -83,8 +83,8 @@ def test_the_api_lists_only_what_a_script_calls(served):
 
 
 def test_presets_and_examples_are_data(served):
-    from specviz.models import PRESETS
-    from specviz.ui_import import load_examples
+    from specviz.core.models import PRESETS
+    from specviz.ui.files import load_examples
 
     _, url, _ = served
     client = client_for(url)
@@ -173,8 +173,8 @@ def test_a_hub_preset_offline_fails_fast_and_bundled_presets_still_work(served):
 
 
 def test_eight_clients_at_once_each_get_their_own_answer(served, bundled_pair):
-    from specviz.engine import target_only
-    from specviz.models import encode_prompt
+    from specviz.core.engine import target_only
+    from specviz.core.models import encode_prompt
 
     proc, url, log_path = served
     results: dict[str, object] = {}

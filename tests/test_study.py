@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from specviz import study
 from specviz.cli import main
-from specviz.study import ResultStore
-from specviz.study_report import (
+from specviz.study import runner as study
+from specviz.study.report import (
     ModeResult,
     PassCosts,
     PromptResult,
@@ -25,6 +24,7 @@ from specviz.study_report import (
     prompt_wins,
     report_markdown,
 )
+from specviz.study.runner import ResultStore
 
 # ---- pure functions ----------------------------------------------------------------------
 

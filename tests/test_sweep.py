@@ -2,11 +2,11 @@
 
 import pytest
 
-from specviz.engine import generate, target_only
-from specviz.oracle import draft_along, finish
-from specviz.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
-from specviz.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
-from specviz.trace import Comparison, DraftAlongReference
+from specviz.core.engine import generate, target_only
+from specviz.core.oracle import draft_along, finish
+from specviz.core.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
+from specviz.core.trace import Comparison, DraftAlongReference
+from specviz.study.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 MAX_NEW = 60

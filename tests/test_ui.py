@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from specviz.core.models import PRESETS
+from specviz.core.policies import parse_modes
+from specviz.core.trace import Baseline, Comparison, Round, Trace
 from specviz.errors import SpecVizError
-from specviz.models import PRESETS
-from specviz.policies import parse_modes
-from specviz.trace import Baseline, Comparison, Round, Trace
-from specviz.ui_format import (
+from specviz.ui.columns import (
     POLICY_COLUMNS,
     column_htmls,
     column_title_html,
@@ -19,8 +19,8 @@ from specviz.ui_format import (
     preset_info,
     status_html,
 )
-from specviz.ui_import import load_examples
-from specviz.ui_inputs import DEFAULT_HOST, DEFAULT_PORT, max_new_tokens_value, modes_string, server_options
+from specviz.ui.files import load_examples
+from specviz.ui.inputs import DEFAULT_HOST, DEFAULT_PORT, max_new_tokens_value, modes_string, server_options
 
 # ---- fixtures ------------------------------------------------------------------------------
 
@@ -187,10 +187,10 @@ def test_server_options_bad_port():
 
 # ---- explorer: extra columns, sampling, replay, import ---------------------------------------
 
-from specviz.ui_format import ORACLE_SAMPLED_NOTE, active_columns
-from specviz.ui_import import comparison_from_text, load_comparison_file
-from specviz.ui_inputs import seed_value, temperature_value
-from specviz.ui_replay import replay_html, replay_step, stop_reason
+from specviz.ui.columns import ORACLE_SAMPLED_NOTE, active_columns
+from specviz.ui.files import comparison_from_text, load_comparison_file
+from specviz.ui.inputs import seed_value, temperature_value
+from specviz.ui.replay import replay_html, replay_step, stop_reason
 
 
 def test_modes_string_with_optional_columns():
@@ -319,11 +319,11 @@ def test_import_rejects_bad_files(tmp_path):
 
 def test_json_round_trip_shows_the_same_view(tiny_pair):
     """A comparison exported as JSON and imported again renders exactly as before."""
-    from specviz.engine import generate, target_only
-    from specviz.policies import make_policy
-    from specviz.render import summary_rows
-    from specviz.trace import DraftAlongReference
-    from specviz.ui_format import ALL_COLUMNS
+    from specviz.core.engine import generate, target_only
+    from specviz.core.policies import make_policy
+    from specviz.core.trace import DraftAlongReference
+    from specviz.ui.columns import ALL_COLUMNS
+    from specviz.ui.render import summary_rows
 
     prompt = [1, 2, 3]
     baseline = target_only(tiny_pair, prompt, 24)
@@ -352,7 +352,7 @@ def test_json_round_trip_shows_the_same_view(tiny_pair):
 
 
 def test_every_shipped_example_loads_is_lossless_and_has_the_current_schema():
-    from specviz.ui_import import example_comparison
+    from specviz.ui.files import example_comparison
 
     examples = load_examples()
     assert examples and all(e.comparison_path is not None for e in examples)
@@ -372,8 +372,8 @@ def test_every_shipped_example_loads_is_lossless_and_has_the_current_schema():
 
 
 def test_an_example_plays_back_round_by_round_before_it_is_shown_whole():
-    from specviz.ui_format import playback_htmls
-    from specviz.ui_import import example_comparison
+    from specviz.ui.columns import playback_htmls
+    from specviz.ui.files import example_comparison
 
     comparison = example_comparison(load_examples()[0])
     order = POLICY_COLUMNS

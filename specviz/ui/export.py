@@ -6,10 +6,10 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from ..core.trace import Comparison
+from ..study.sweep import Sweep, sweep
 from .explain_plots import explain_figures
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
-from .sweep import Sweep, sweep
-from .trace import Comparison
 
 
 def charts(comparison: Comparison, eos_ids: frozenset[int] = frozenset(),

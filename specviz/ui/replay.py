@@ -7,8 +7,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .errors import SpecVizError
-from .trace import Round, Trace
+from ..core.trace import Round, Trace
+from ..errors import SpecVizError
 
 # ---- round-by-round replay -----------------------------------------------------------------
 

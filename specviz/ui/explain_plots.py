@@ -11,7 +11,8 @@ import textwrap
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .analysis import (
+from ..core.trace import Comparison
+from ..study.analysis import (
     auc,
     calibration_bins,
     calibration_sentence,
@@ -21,7 +22,6 @@ from .analysis import (
     work_split,
 )
 from .plots import BASELINE_LINE_COLOR, FONT_SIZE, ORACLE_LINE_COLOR, _styles, _uid
-from .trace import Comparison
 
 COUNT_BAR_COLOR = "rgba(120, 120, 120, 0.30)"
 SHARE_COLOR = "#0072B2"

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
-from . import pipeline
-from .errors import SpecVizError
-from .models import PRESETS, get_pair
-from .policies import DEFAULT_MODES
-from .ui_import import example_comparison, load_examples
+from ..core import pipeline
+from ..core.models import PRESETS, get_pair
+from ..core.policies import DEFAULT_MODES
+from ..errors import SpecVizError
+from .files import example_comparison, load_examples
 
 
 def presets() -> list[dict[str, Any]]:

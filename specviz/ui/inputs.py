@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from .errors import SpecVizError
-from .policies import MAX_LOOKAHEAD
+from ..core.policies import MAX_LOOKAHEAD
+from ..errors import SpecVizError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import SpecVizError
+from ..errors import SpecVizError
 
 MAX_LOOKAHEAD = 64  # more draft tokens per round than this is never useful and only burns memory
 

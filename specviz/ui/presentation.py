@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-PRESENT_CSS = (Path(__file__).resolve().parents[1] / "assets" / "present.css").read_text(encoding="utf-8")
+PRESENT_CSS = (Path(__file__).resolve().parents[2] / "assets" / "present.css").read_text(encoding="utf-8")
 
 QUERY_PARAMETER = "present"
 _ON = {"1", "true", "yes", "on"}

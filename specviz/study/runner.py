@@ -5,7 +5,7 @@ Every prompt of every suite goes through target-only decoding, static 5, heurist
 dynamic 0.4 and the oracle (`pipeline.compare`), one prompt at a time. Each finished prompt is
 appended to `results.jsonl` as one record, so a run that is interrupted resumes with the prompts
 not yet done (a record is keyed by preset, suite, prompt id and max new tokens). The report,
-STUDY.md, is computed from those records alone by study_report.py, and can be regenerated
+STUDY.md, is computed from those records alone by report.py, and can be regenerated
 with `--report-only` without loading any model.
 """
 
@@ -26,11 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecVizError
-from .study_report import STUDY_MODES, ModeResult, PromptResult, RoundRecord, duration, report_markdown, write_csv
+from ..errors import SpecVizError
+from .report import STUDY_MODES, ModeResult, PromptResult, RoundRecord, duration, report_markdown, write_csv
 
 STUDY_PRESETS = ("smollm2-135m-int8", "smollm2-135m-bf16")
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "assets" / "prompts"
+PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"
 DEFAULT_SUITES = tuple(str(PROMPTS_DIR / f"{name}.jsonl") for name in ("coding", "summarization", "questions"))
 
 
@@ -153,7 +153,7 @@ class Meta:
 def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
-    from .models import get_preset
+    from ..core.models import get_preset
 
     names = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
     if not names:
@@ -240,10 +240,10 @@ def _run(todo: list[tuple[str, Any, int]], max_new_tokens: int, threads: int | N
     """Compute the prompts not done yet, one at a time, saving each as it finishes."""
     import torch
 
+    from ..core.models import load_pair
+    from ..core.pipeline import compare, make_request
+    from ..core.policies import parse_modes
     from .bench import _bench_limits, set_threads
-    from .models import load_pair
-    from .pipeline import compare, make_request
-    from .policies import parse_modes
 
     set_threads(threads)
     invocation.update(torch_threads=torch.get_num_threads(), versions=_versions())

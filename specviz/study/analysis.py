@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..core.trace import Comparison, Round, Trace
 from .sweep import PassCosts
-from .trace import Comparison, Round, Trace
 
 # The oracle drafts only tokens it knows the target keeps; its tokens would say nothing about
 # whether the draft's confidence predicts acceptance, so calibration leaves it out by default.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import html
 
-from .trace import Comparison, Pending, Round, Trace
+from ..core.trace import Comparison, Pending, Round, Trace
 
 # ---- CSS and legend ------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..errors import SpecVizError
 from .engine import decode_target_only, speculate
-from .errors import SpecVizError
 from .models import ModelPair, encode_prompt
 from .oracle import oracle_search
 from .policies import ModeSpec, Oracle, Policy, make_policy, parse_modes

@@ -12,20 +12,11 @@ import re
 
 import plotly.graph_objects as go
 
-from .analysis import RoundVerdict, trace_verdicts, verdict_counts
-from .sweep import Sweep, modeled_speedup
-from .trace import Comparison, Round, Trace
+from ..colors import policy_color
+from ..core.trace import Comparison, Round, Trace
+from ..study.analysis import RoundVerdict, trace_verdicts, verdict_counts
+from ..study.sweep import Sweep, modeled_speedup
 
-# Okabe-Ito colours. Yellow (#F0E442) is left out: it is unreadable on a white background.
-POLICY_COLORS: dict[str, str] = {
-    "static": "#0072B2",  # blue
-    "heuristic": "#E69F00",  # orange
-    "dynamic": "#009E73",  # bluish green
-    "oracle": "#CC79A7",  # reddish purple
-    "adaptive": "#D55E00",  # vermillion
-    "entropy": "#56B4E9",  # sky blue
-}
-_FALLBACK_COLORS = ["#000000", "#8C564B", "#7F7F7F", "#17BECF"]  # for policies not listed above
 ORACLE_LINE_COLOR = "#555555"
 BASELINE_LINE_COLOR = "#777777"
 
@@ -34,11 +25,6 @@ BASELINE_LINE_COLOR = "#777777"
 _SYMBOLS = ["circle", "square", "diamond", "triangle-up", "pentagon", "star"]
 
 FONT_SIZE = 15
-
-
-def policy_color(policy: str, index: int = 0) -> str:
-    """The colour for a policy name; unknown names get a fallback picked by their index."""
-    return POLICY_COLORS.get(policy, _FALLBACK_COLORS[index % len(_FALLBACK_COLORS)])
 
 
 def _styles(comparison: Comparison) -> list[tuple[str, str]]:

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .policies import DraftStep, Dynamic, Policy, Static
-from .trace import Comparison, DraftAlongReference
+from ..core.policies import DraftStep, Dynamic, Policy, Static
+from ..core.trace import Comparison, DraftAlongReference
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
 STATIC_KS = list(range(1, 21))

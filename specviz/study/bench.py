@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import TransformersDrafter, generate, target_only
-from .errors import SpecVizError
-from .models import DEFAULT_PRESET, ModelPair, encode_prompt, get_pair, get_preset
-from .pipeline import Limits, compare, make_request
-from .policies import DEFAULT_MODES, ModeSpec, make_policy, parse_modes
-from .trace import Comparison
+from ..core.engine import TransformersDrafter, generate, target_only
+from ..core.models import DEFAULT_PRESET, ModelPair, encode_prompt, get_pair, get_preset
+from ..core.pipeline import Limits, compare, make_request
+from ..core.policies import DEFAULT_MODES, ModeSpec, make_policy, parse_modes
+from ..core.trace import Comparison
+from ..errors import SpecVizError
 
 HF_MODES = "static:5,heuristic:5,dynamic:0.4"  # the policies transformers has a counterpart for
 SPEEDUP_POLICIES = ("static", "heuristic", "dynamic")  # the study reports speedups for these
@@ -282,7 +282,7 @@ def write_plots(runs: list[PromptRun], out: Path, example: PromptRun | None = No
     import matplotlib.pyplot as plt
     import plotly.graph_objects as go
 
-    from .plots import policy_color
+    from ..colors import policy_color
 
     written = []
     values = oracle_lookaheads(runs)
@@ -399,7 +399,7 @@ class Pairing:
 
 
 def _first_difference(a: list[int], b: list[int]) -> int | None:
-    from .trace import first_difference
+    from ..core.trace import first_difference
 
     return first_difference(a, b)
 

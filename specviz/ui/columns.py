@@ -10,11 +10,11 @@ import html
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..core.trace import Comparison, Trace, drafting_view
 from .render import metrics_html, render_trace
-from .trace import Comparison, Trace, drafting_view
 
 if TYPE_CHECKING:
-    from .models import LoadState
+    from ..core.models import LoadState
 
 # One column per policy, in this order, whatever the settings.
 POLICY_COLUMNS: list[str] = ["static", "heuristic", "dynamic", "oracle"]

@@ -560,7 +560,7 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
              (f"Each claim of the Hugging Face / Intel Labs study of dynamic speculation lookahead (DESIGN.md), "
               f"checked on the prompts below. Every figure is computed from [`{results_link}`]({results_link}) "
               f"(one record per prompt; the same figures per prompt and mode in `results.csv` beside it) by "
-              f"`specviz/study.py`; the verdicts follow the rules stated below, from those numbers."), ""]
+              f"`specviz/study/runner.py`; the verdicts follow the rules stated below, from those numbers."), ""]
     lines += ["## How these figures were made", ""]
     for inv in invocations:
         lines += [f"- `{inv.get('command', '?')}`",

@@ -7,11 +7,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecVizError
+from ..core.trace import Comparison
+from ..errors import SpecVizError
 from .render import metrics_html, render_trace
-from .trace import Comparison
 
-EXAMPLES_PATH = Path(__file__).resolve().parent.parent / "assets" / "examples.json"
+EXAMPLES_PATH = Path(__file__).resolve().parents[2] / "assets" / "examples.json"
 
 
 # ---- example prompts -----------------------------------------------------------------------

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .policies import ModeSpec
+from ..core.policies import ModeSpec
 
 if TYPE_CHECKING:
-    from .models import ModelPair
+    from ..core.models import ModelPair
 
 
 @dataclass

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import SpecVizError
+from ..errors import SpecVizError
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,403 @@
+"""What the page does when a visitor acts: run a comparison (streamed), stop it, open an example
+or an imported file, step the replay, move the what-if slider, make the downloads.
+
+Each handler takes widget values and returns widget updates; model work goes through
+`specviz.core.pipeline`, and every piece of HTML comes from the escaping formatters in this
+package. None of these events is in the public API (see `api.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from html import escape as html_escape
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from ..core.models import DEFAULT_PRESET, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
+from ..core.pipeline import Limits, compare, make_request, run_comparison
+from ..errors import SpecVizError
+from ..study.analysis import measured_draft_cost_ratio
+from ..study.sweep import sweep
+from .columns import (
+    ALL_COLUMNS,
+    EXTRA_COLUMNS,
+    active_columns,
+    column_htmls,
+    done_message,
+    load_status_html,
+    placeholder_html,
+    playback_htmls,
+    status_html,
+)
+from .explain_plots import explain_figures
+from .export import SWEEP_HEADERS, sweep_rows, write_all
+from .files import example_comparison, load_comparison_file
+from .heartbeat import with_heartbeat
+from .inputs import max_new_tokens_value, modes_string, seed_value, temperature_value
+from .pacing import Pacer
+from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
+from .presentation import presentation_requested
+from .render import SUMMARY_HEADERS, render_trace, summary_rows
+from .replay import replay_html, replay_step
+
+logger = logging.getLogger("specviz.app")
+
+# Model work is serialized: a run cancelled by Stop finishes its current step in a worker thread,
+# and the next run must not start computing on the shared pair until that step is over.
+MODEL_LOCK = threading.Lock()
+
+
+def _fit(fig):
+    """Plots sit in half-width columns: put the legend under the plot so it never covers the title.
+    A figure that sets its own height (the lookahead panels, one per policy) keeps its layout."""
+    if fig.layout.height is not None:
+        return fig
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "xanchor": "left", "x": 0},
+                      margin={"t": 60, "b": 20, "l": 60, "r": 20}, height=460, title={"font": {"size": 17}})
+    return fig
+
+
+def summary_table(comparison) -> pd.DataFrame:
+    """The summary table's rows (empty before any comparison)."""
+    rows = summary_rows(comparison) if comparison is not None else []
+    return pd.DataFrame(rows, columns=SUMMARY_HEADERS)
+
+
+def _outputs(status: str, columns: list[str], lookahead=None, progress=None, table=None, state=None,
+             eos=None) -> tuple:
+    """The handler's outputs in order; None for a plot/table/state means: leave it as it is."""
+    skip = gr.skip()
+    return (status, *columns,
+            skip if lookahead is None else lookahead,
+            skip if progress is None else progress,
+            skip if table is None else table,
+            skip if state is None else state,
+            skip if eos is None else eos)
+
+
+def _columns(comparison, active=ALL_COLUMNS, **kwargs) -> list[str]:
+    """HTML for all six columns: the active ones from the comparison, the others say "not run"."""
+    shown = dict(zip(active, column_htmls(comparison, order=active, **kwargs)))
+    return [shown.get(policy) or placeholder_html(policy, "skipped", "not run (tick its box under Policy settings)")
+            for policy in ALL_COLUMNS]
+
+
+# Streaming: the pipeline reports every draft step and every round; the page gets a column update
+# about this often (specviz/ui/pacing.py picks frames that show a pending draft), and charts (the
+# costliest part to build and to draw) at most once a second.
+COLUMN_EVERY_S = 0.4
+CHARTS_EVERY_S = 1.0
+# How often the engine's worker is asked for news, and how long the page may then stay still.
+HEARTBEAT_S = 0.25
+STILL_RUNNING_S = 0.4
+
+
+def _charts(comparison) -> tuple:
+    """The two charts under the columns, built from a comparison (finished or mid-run)."""
+    return _fit(lookahead_figure(comparison)), _fit(progress_figure(comparison))
+
+
+def _with_live(comparison, live):
+    """The comparison with the running policy's rounds so far, for charts drawn mid-run."""
+    return comparison if live is None else replace(comparison, traces=[*comparison.traces, live])
+
+
+def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
+        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0):
+    """Run the comparison, streaming every column round by round."""
+    comparison = None
+    active = active_columns(bool(adaptive_on), bool(entropy_on))
+    try:
+        limits = Limits.from_env()
+        modes = modes_string(static_k, heuristic_k, threshold, dynamic_max,
+                             adaptive_t0 if adaptive_on else None, entropy_h if entropy_on else None)
+        request = make_request(prompt, modes, max_new_tokens_value(max_new_tokens, limits.max_new_tokens),
+                               temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits)
+        logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g prompt_chars=%d", preset,
+                    request.max_new_tokens, modes, request.temperature, len(request.prompt))
+        pair = None
+        for state in wait_for_pair(preset):
+            if isinstance(state, ModelPair):
+                pair = state
+            else:  # a Run pressed during a cold start waits for it, saying which step runs
+                yield (load_status_html(state, preset), *_columns(None, active), None, None, summary_table(None), None,
+                       gr.skip())
+        eos = sorted(pair.eos_token_ids)
+        yield _outputs(status_html("Starting…", "running"), _columns(None, active), eos=eos)
+
+        # The engine steps in a worker thread; while one long step runs (an oracle round drafting
+        # 28 tokens, a long stretch of the oracle's search) the status still ticks.
+        steps = with_heartbeat(run_comparison(pair, request, limits), HEARTBEAT_S, MODEL_LOCK)
+        run_started = time.monotonic()
+        pacer = Pacer(COLUMN_EVERY_S)
+        sent_charts, sent_page = run_started, run_started  # the first chart update comes with data
+        finished, judged_on_page = 0, 0  # policies finished; rounds of the running one on the page
+        message = "Starting"
+        on_page: dict[int, str] = {}
+
+        def changed(htmls: list[str]) -> list:
+            """Only the columns whose HTML changed travel to the page."""
+            out = [gr.skip() if on_page.get(i) == h else h for i, h in enumerate(htmls)]
+            on_page.update(enumerate(htmls))
+            return out
+
+        def running(text: str) -> str:
+            return status_html(f"{text}… {time.monotonic() - run_started:.1f} s", "running")
+
+        for update in steps:
+            now = time.monotonic()
+            if update is None:  # a long engine step: the status says the run goes on
+                if now - sent_page >= STILL_RUNNING_S:
+                    sent_page = now
+                    yield _outputs(running(message), [gr.skip()] * len(ALL_COLUMNS))
+                continue
+            comparison, live, message = update.comparison, update.running, update.message
+            ended = len(comparison.traces) != finished  # a policy just finished: show it whole
+            if ended:
+                judged_on_page = 0
+            judged = 0 if live is None else len(live.rounds)
+            first_verdict = judged > 0 and judged_on_page == 0
+            if not pacer.due(now, pending=live is not None and live.pending is not None,
+                             must=ended or first_verdict):
+                continue
+            finished, sent_page, judged_on_page = len(comparison.traces), now, judged
+            charts = ended or now - sent_charts >= CHARTS_EVERY_S
+            if charts:
+                sent_charts = now
+                shown = _with_live(comparison, live)
+            yield _outputs(running(message), changed(_columns(comparison, active, live=live)),
+                           *(_charts(shown) if charts else (None, None)),
+                           summary_table(comparison) if ended else None, comparison if ended else None)
+        if comparison is not None:
+            state = "warning" if comparison.partial else "done"
+            note = "not run: time budget ran out" if comparison.partial else None
+            logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s (as the engine reports it)",
+                        len(comparison.traces), " (partial)" if comparison.partial else "",
+                        time.monotonic() - run_started, comparison.model_s())
+            yield _outputs(status_html(done_message(comparison), state),
+                           _columns(comparison, active, running=False, note=note),
+                           *_charts(comparison), summary_table(comparison),
+                           comparison)
+    except SpecVizError as error:  # bad input, or a model pair that cannot load (cause and fix included)
+        if isinstance(error, ModelLoadError):
+            logger.error("Loading %s failed: %s", preset, error)
+        yield _outputs(status_html(str(error), "error"),
+                       _columns(comparison, active, running=False, note="no result (see the message above)"))
+    except Exception:  # anything unexpected: log it, tell the user, end the spinner
+        logger.exception("SpecViz run failed")
+        yield _outputs(status_html("Something went wrong on the server; the error was logged. "
+                                   "Try again, perhaps with fewer tokens.", "error"),
+                       _columns(comparison, active, running=False, note="no result"))
+
+
+def stop(comparison):
+    """After Stop cancelled the run: keep finished columns, mark the others as stopped."""
+    active = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or (
+        comparison is not None and any(t.policy == p for t in comparison.traces))]
+    return (status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
+            *_columns(comparison, active, running=False, note="stopped"))
+
+
+# ---- after a run or an import: what-if sweep, threshold chart, replay, downloads --------------
+
+REPLAY_EMPTY = '<div class="specviz-replay"><i>Run a comparison (or import one) to step through its rounds.</i></div>'
+
+
+def what_if(comparison, eos, draft_cost=None):
+    """The what-if sweep's chart and table; `draft_cost`: a draft pass as a fraction of a target
+    pass (None: as measured in the run)."""
+    if comparison is None or comparison.draft_along_reference is None or not comparison.traces:
+        return gr.skip(), gr.skip()
+    result = sweep(comparison, frozenset(eos or ()), None if draft_cost is None else float(draft_cost))
+    return (gr.Plot(sweep_figure(result, comparison), visible=True),
+            gr.Dataframe(pd.DataFrame(sweep_rows(result), columns=SWEEP_HEADERS), visible=True))
+
+
+def views(comparison, eos):
+    """The views computed from a finished comparison (milliseconds: no models involved)."""
+    skip = gr.skip()
+    if comparison is None or not comparison.traces:
+        return (skip,) * 14
+    ratio = measured_draft_cost_ratio(comparison)
+    cost = gr.Slider(value=round(min(1.0, max(0.01, ratio)), 2) if ratio else 0.5,
+                     visible=comparison.draft_along_reference is not None)
+    explain = explain_figures(comparison)
+    explained = (_fit(explain["calibration"]), _fit(explain["positions"]), explain["work"])
+    if comparison.draft_along_reference is not None:
+        sweep_plot, sweep_table = what_if(comparison, eos)
+        note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
+                "the draft's guess at each position depends on the text alone, so its guesses along the answer give "
+                "every setting's target passes exactly, and its draft passes exactly for the settings run (stars). "
+                "For the others, the tokens a draft would propose after a rejected one are unseen: their draft "
+                "passes can be off by the few calls where a confidence rule would have stopped there. Times are "
+                "modeled from this run's per-pass costs; set the draft's cost below to see what the same passes "
+                "would give with a cheaper draft.")
+    else:
+        sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
+        note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"
+                f" (T={comparison.temperature:g}), so there is no single answer to replay."
+                if comparison.temperature > 0 else "This run has no draft table to replay (it was cut short).")
+    adaptive = any(t.policy == "adaptive" for t in comparison.traces)
+    threshold_plot = gr.Plot(_fit(threshold_figure(comparison)) if adaptive else None, visible=adaptive)
+    labels = [t.label for t in comparison.traces]
+    trace = comparison.traces[0]
+    extra = [gr.Column(visible=any(t.policy == p for t in comparison.traces)) for p in EXTRA_COLUMNS]
+    return (sweep_plot, sweep_table, note, cost, *explained, threshold_plot,
+            gr.Dropdown(choices=labels, value=trace.label, interactive=True),
+            gr.Slider(minimum=1, maximum=max(2, len(trace.rounds)), value=1, step=1, interactive=True),
+            _replay_panel(comparison, trace.label, 1, eos), *extra)
+
+
+def _replay_panel(comparison, label, number, eos) -> str:
+    if comparison is None or not label:
+        return REPLAY_EMPTY
+    try:
+        trace = comparison.trace(label)
+    except KeyError:
+        return REPLAY_EMPTY
+    if not trace.rounds:
+        return f'<div class="specviz-replay">{html_escape(label)} has no rounds.</div>'
+    step = replay_step(trace, int(number or 1) - 1, frozenset(eos or ()))
+    return (replay_html(step) + '<div class="specviz-replay-context-title">The round in the whole answer '
+            '(outlined):</div>' + render_trace(trace, current_round=trace.rounds[step.index].index))
+
+
+def replay_pick(comparison, label, eos):
+    """A policy picked in the replay dropdown: back to its first round."""
+    rounds = 1
+    if comparison is not None and label:
+        try:
+            rounds = max(1, len(comparison.trace(label).rounds))
+        except KeyError:
+            pass
+    return gr.Slider(minimum=1, maximum=max(2, rounds), value=1), _replay_panel(comparison, label, 1, eos)
+
+
+def replay_move(comparison, label, number, eos, delta):
+    if comparison is None or not label:
+        return gr.skip(), REPLAY_EMPTY
+    try:
+        rounds = max(1, len(comparison.trace(label).rounds))
+    except KeyError:
+        return gr.skip(), REPLAY_EMPTY
+    number = max(1, min(rounds, int(number or 1) + delta))
+    return number, _replay_panel(comparison, label, number, eos)
+
+
+def exports(comparison, eos, png=False):
+    """Write the downloads into a fresh temporary folder (never a path from the visitor)."""
+    if comparison is None:
+        return gr.skip(), gr.skip()
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="specviz-export-"))
+        paths, warnings = write_all(comparison, folder, frozenset(eos or ()), png=png)
+    except Exception:
+        logger.exception("export failed")
+        return gr.skip(), "The downloads could not be written; the error was logged."
+    kinds = "JSON, CSV and charts as HTML" + (" and PNG" if png and not warnings else "")
+    note = f"Ready: {kinds}." + (" " + " ".join(warnings) if warnings else "")
+    return [str(p) for p in paths], note
+
+
+def import_json(path):
+    """Show a comparison from an uploaded JSON file, without any model."""
+    try:
+        comparison = load_comparison_file(path)
+    except SpecVizError as error:
+        return _outputs(status_html(f"Import failed: {error}", "error"), [gr.skip()] * len(ALL_COLUMNS))
+    except Exception:
+        logger.exception("import failed")
+        return _outputs(status_html("Import failed: the file could not be read.", "error"),
+                        [gr.skip()] * len(ALL_COLUMNS))
+    mode = "sampled" if comparison.temperature > 0 else "greedy"
+    return _shown(comparison, f"Imported a {mode} run of {comparison.preset} ({len(comparison.traces)} policies, "
+                              f"{comparison.max_new_tokens} max new tokens); no model was run.")
+
+
+def example_opener(example):
+    """The click handler of one example button (a generator function, so gradio streams it)."""
+    def open_example():
+        yield from show_example(example)
+    return open_example
+
+
+def _present_columns(comparison) -> list[str]:
+    """The columns a finished comparison fills: the four policies, and any extra one it ran."""
+    return [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
+
+
+def _shown(comparison, message: str) -> tuple:
+    """The whole view of a finished comparison that needs no model (an import, an example)."""
+    return _outputs(status_html(message, "done"), _columns(comparison, _present_columns(comparison), running=False),
+                    *_charts(comparison), summary_table(comparison),
+                    comparison, [])
+
+
+# Opening an example plays its rounds back as they streamed (drafts pending, then judged), fast
+# enough that the example is complete in under a second.
+PLAYBACK_FRAMES = 6
+PLAYBACK_FRAME_S = 0.1
+
+
+def show_example(example):
+    """An example prompt: into the prompt box, and its comparison computed ahead, played back
+    round by round and then shown whole."""
+    try:
+        comparison = example_comparison(example)
+    except SpecVizError:
+        logger.exception("example %s could not be loaded", example.name)
+        comparison = None
+    if comparison is None:
+        yield (example.prompt, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
+                                         [gr.skip()] * len(ALL_COLUMNS)))
+        return
+    made = comparison.provenance or {}
+    message = (f"Precomputed example ({comparison.preset}, {comparison.max_new_tokens} max new tokens, "
+               f"{made.get('date', 'ahead')}, {made.get('machine', 'another machine')}): no model ran; Run recomputes it.")
+    present = _present_columns(comparison)
+    playing = status_html("Playing the precomputed example back, round by round…", "running")
+    for step, htmls in enumerate(playback_htmls(comparison, present, PLAYBACK_FRAMES)):
+        shown = dict(zip(present, htmls))
+        yield (example.prompt if step == 0 else gr.skip(),
+               *_outputs(playing, [shown.get(p, gr.skip()) for p in ALL_COLUMNS]))
+        time.sleep(PLAYBACK_FRAME_S)
+    yield (gr.skip(), *_shown(comparison, message))
+
+
+def preloading() -> bool:
+    return os.environ.get("SPECVIZ_PRELOAD", "1") != "0"
+
+
+def model_status(preset):
+    """The model-pair line, polled once a second until the pair is loaded (or has failed).
+
+    A page opened while the preload thread is only starting sees "not loaded": keep polling then."""
+    state = load_state(preset)
+    waiting = state.phase == "loading" or (state.phase == "not loaded" and preloading() and preset == DEFAULT_PRESET)
+    return load_status_html(state, preset), gr.Timer(active=waiting)
+
+
+def presentation_from_url(request: gr.Request) -> bool:
+    return presentation_requested(dict(request.query_params))
+
+
+def preload() -> None:
+    """Load the default pair and warm it up (run in a thread while the page starts)."""
+    try:
+        pair = get_pair(DEFAULT_PRESET)
+    except ModelLoadError as error:  # the page shows it (model_status); the next Run tries again
+        logger.error("Preloading the default model pair failed: %s", error)
+        return
+    # A few tokens through both models and the charts drawn once now, so that the first Run does not
+    # pay the one-time set-up of torch's kernels and of plotly's figure classes (together about
+    # 2 s on 2 cores) before its first coloured token.
+    with MODEL_LOCK:
+        warm = compare(pair, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
+    _charts(warm)

@@ -1,0 +1,293 @@
+"""The page: its sections top to bottom, the events wired to them, and its launch.
+
+`build_demo` lays out the sections in the order a visitor meets them (prompt and Run, settings,
+the four columns, the charts, the replay, the what-if, the files) and then wires them to the
+handlers in `events.py`; every page event is private, and the public API (`endpoints.py`) is
+registered last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from types import SimpleNamespace
+
+import gradio as gr
+
+from ..core.models import DEFAULT_PRESET, PRESETS, load_state
+from ..core.pipeline import Limits
+from . import endpoints
+from .columns import ALL_COLUMNS, EXTRA_COLUMNS, column_htmls, load_status_html, preset_info, status_html
+from .events import (
+    REPLAY_EMPTY,
+    example_opener,
+    exports,
+    import_json,
+    model_status,
+    preload,
+    preloading,
+    presentation_from_url,
+    replay_move,
+    replay_pick,
+    run,
+    stop,
+    summary_table,
+    views,
+    what_if,
+)
+from .export import SWEEP_HEADERS
+from .files import MAX_IMPORT_BYTES, Example, load_examples
+from .inputs import server_options
+from .presentation import TOGGLE_JS
+from .render import LEGEND_HTML, SUMMARY_HEADERS
+from .style import CSS, PAGE_JS, THEME
+
+STUDY_URL = "https://huggingface.co/blog/dynamic_speculation_lookahead"
+
+INTRO_MD = f"""\
+## SpecViz: where speculative decoding spends its work
+A small *draft* model guesses tokens, the big *target* checks them in one pass: each column runs one \
+**lookahead** policy and colours every token by its fate ([the study]({STUDY_URL})).
+"""
+
+QUIET = {"show_progress": "hidden", "api_visibility": "private"}  # every page event
+NO_MODEL = {**QUIET, "concurrency_id": "specviz-views", "concurrency_limit": None}  # outside the model queue
+
+
+# ---- the sections, top to bottom -----------------------------------------------------------
+
+
+def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits) -> None:
+    """The first screen's top: the prompt with the example buttons, the pair, the length, Run."""
+    gr.Markdown(INTRO_MD, elem_id="specviz-intro")
+    with gr.Row(equal_height=False, elem_id="top"):
+        with gr.Column(scale=3, min_width=360):
+            p.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=8, elem_id="prompt",
+                                  placeholder="Ask a question or give a task, or pick an example below",
+                                  value=examples[0].prompt if examples else "")
+            p.example_buttons = []
+            if examples:
+                with gr.Row(elem_id="examples"):
+                    gr.Markdown("**Examples**", elem_id="examples-label")
+                    for index, example in enumerate(examples):
+                        p.example_buttons.append(gr.Button(example.name, size="sm", elem_id=f"example-{index}",
+                                                           elem_classes=["specviz-example"], min_width=110))
+        with gr.Column(scale=2, min_width=320):
+            with gr.Row(elem_id="settings-row"):
+                # The pair's description is the dropdown's hover title (set in the page), not a
+                # line of its own: it would push the columns below the first screen.
+                p.preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
+                                       elem_id="preset", scale=3, min_width=150)
+                p.max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
+                                         value=min(128, limits.max_new_tokens), step=1,
+                                         label="Max new tokens", elem_id="max-new-tokens", scale=3, min_width=150)
+            with gr.Row(elem_id="run-row"):
+                p.run_button = gr.Button("Run", variant="primary", elem_id="run", scale=2)
+                p.stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
+
+
+def _settings(p: SimpleNamespace) -> None:
+    """One click away: each policy's settings, the optional columns, temperature and seed; and
+    the presentation-mode switch."""
+    with gr.Row(equal_height=True, elem_id="options-row"):
+        with gr.Accordion("Policy settings, temperature and seed", open=False, elem_id="policy-settings"):
+            with gr.Row():
+                p.static_k = gr.Number(5, label="static k", precision=0, minimum=1, maximum=64, elem_id="static-k")
+                p.heuristic_k = gr.Number(5, label="heuristic starting k", precision=0, minimum=1, maximum=64,
+                                          elem_id="heuristic-k")
+                p.threshold = gr.Number(0.4, label="dynamic threshold", minimum=0, maximum=1, step=0.05,
+                                        elem_id="dynamic-threshold")
+                p.dynamic_max = gr.Number(20, label="dynamic max tokens", precision=0, minimum=1, maximum=64,
+                                          elem_id="dynamic-max")
+            with gr.Row():
+                p.adaptive_on = gr.Checkbox(False, label="adaptive column", elem_id="adaptive-on",
+                                            info="dynamic, threshold re-fitted every round")
+                p.adaptive_t0 = gr.Number(0.4, label="adaptive start threshold", minimum=0, maximum=1, step=0.05,
+                                          elem_id="adaptive-t0")
+                p.entropy_on = gr.Checkbox(False, label="entropy column", elem_id="entropy-on",
+                                           info="stop when the draft is unsure")
+                p.entropy_h = gr.Number(1.0, label="entropy bound (nats)", minimum=0, step=0.1, elem_id="entropy-h")
+            with gr.Row():
+                p.temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
+                                          elem_id="temperature")
+                p.seed = gr.Number(1, label="Seed (sampling)", precision=0, minimum=0, elem_id="seed")
+        p.present = gr.Checkbox(False, label="Presentation mode", elem_id="present", scale=0, min_width=220)
+
+
+def _columns(p: SimpleNamespace) -> None:
+    """The model line, the status, the legend and one column per policy (the extra ones hidden)."""
+    p.model_line = gr.HTML(load_status_html(load_state(DEFAULT_PRESET), DEFAULT_PRESET), elem_id="model-status")
+    p.status = gr.HTML(status_html("Pick an example to see a comparison at once, or type a prompt and press Run "
+                                   "(about 30 s for 128 tokens, shown round by round).", "idle"), elem_id="status")
+    p.model_timer = gr.Timer(1.0, active=True)
+    gr.HTML(LEGEND_HTML, elem_id="legend")
+    p.columns, p.extra_boxes = [], []
+    with gr.Row(equal_height=False, elem_id="columns"):
+        for policy, html in zip(ALL_COLUMNS, column_htmls(None, running=False, note="waiting…", order=ALL_COLUMNS)):
+            with gr.Column(min_width=260, visible=policy not in EXTRA_COLUMNS,
+                           elem_classes=["specviz-extra-column"] if policy in EXTRA_COLUMNS else None) as box:
+                p.columns.append(gr.HTML(html, elem_id=f"col-{policy}", elem_classes=["specviz-col"]))
+            if policy in EXTRA_COLUMNS:
+                p.extra_boxes.append(box)
+
+
+def _charts(p: SimpleNamespace) -> None:
+    """Lookahead per round (full width: one panel per policy), tokens per pass, acceptance by
+    position, the summary table, the adaptive threshold, and the "Why?" charts."""
+    p.lookahead_plot = gr.Plot(label="Lookahead per round", elem_id="lookahead-plot")
+    with gr.Row(equal_height=False):
+        p.progress_plot = gr.Plot(label="Tokens per target pass", elem_id="progress-plot", min_width=420)
+        p.positions_plot = gr.Plot(label="Acceptance by draft position", elem_id="positions-plot", min_width=420)
+    p.summary = gr.Dataframe(value=summary_table(None), headers=SUMMARY_HEADERS, label="Summary", interactive=False,
+                             elem_id="summary", wrap=True)
+    p.threshold_plot = gr.Plot(label="Confidence threshold per round", elem_id="threshold-plot", visible=False)
+    with gr.Accordion("Why? The draft's calibration and where the work went", open=True, elem_id="explain-accordion"):
+        p.calibration_plot = gr.Plot(label="Draft calibration", elem_id="calibration-plot")
+        p.work_plot = gr.Plot(label="Where the work went", elem_id="work-plot")
+
+
+def _replay(p: SimpleNamespace) -> None:
+    with gr.Accordion("Replay round by round", open=True, elem_id="replay"):
+        gr.Markdown("Pick a policy and step through its rounds: **◀ Prev** / **Next ▶**, the slider, or "
+                    "the ← / → keys after clicking in this panel.", elem_id="replay-help")
+        with gr.Row():
+            p.replay_policy = gr.Dropdown(choices=[], label="Policy", elem_id="replay-policy", interactive=True,
+                                          scale=2)
+            p.replay_round = gr.Slider(1, 2, value=1, step=1, label="Round", elem_id="replay-round", scale=3)
+            p.prev_button = gr.Button("◀ Prev", elem_id="replay-prev", scale=1)
+            p.next_button = gr.Button("Next ▶", elem_id="replay-next", scale=1)
+        p.replay_panel = gr.HTML(REPLAY_EMPTY, elem_id="replay-panel")
+
+
+def _what_if(p: SimpleNamespace) -> None:
+    with gr.Accordion("What if? Other lookahead settings on this run", open=True, elem_id="sweep-accordion"):
+        p.sweep_note = gr.Markdown("After a greedy run, every dynamic threshold and static k is replayed here.",
+                                   elem_id="sweep-note")
+        p.draft_cost = gr.Slider(0.01, 1.0, value=0.5, step=0.01, visible=False, elem_id="draft-cost",
+                                 label="Draft pass cost, as a fraction of a target pass (modeled; starts at "
+                                       "this run's measured ratio)")
+        p.sweep_plot = gr.Plot(label="What-if sweep", elem_id="sweep-plot", visible=False)
+        p.sweep_table = gr.Dataframe(headers=SWEEP_HEADERS, label="Replayed policies", interactive=False,
+                                     max_height=360, elem_id="sweep-table", visible=False)
+
+
+def _files(p: SimpleNamespace) -> None:
+    with gr.Accordion("Download or import", open=True, elem_id="files-accordion"), gr.Row():
+        with gr.Column():
+            p.downloads = gr.File(label="Downloads: comparison.json, rounds.csv, charts", file_count="multiple",
+                                  interactive=False, elem_id="downloads")
+            p.export_note = gr.Markdown("", elem_id="export-note")
+            p.png_button = gr.Button("Also make PNG images of the charts", elem_id="make-png")
+        with gr.Column():
+            p.upload = gr.File(label=f"Import a comparison (.json, at most {MAX_IMPORT_BYTES // 2**20} MB)",
+                               file_types=[".json"], type="filepath", elem_id="import")
+
+
+# ---- the events ----------------------------------------------------------------------------
+
+
+def _wire_page(demo: gr.Blocks, p: SimpleNamespace) -> None:
+    """The pair's hover title, the model line, the optional columns and presentation mode."""
+    preset_title_js = ("(name) => { const descriptions = " + json.dumps({n: preset_info(PRESETS, n) for n in PRESETS})
+                       + "; const box = document.querySelector('#preset'); if (box) box.title = descriptions[name]"
+                       " || ''; return name; }")
+    p.preset.change(None, p.preset, None, js=preset_title_js, queue=False, **QUIET)
+    demo.load(None, p.preset, None, js=preset_title_js, queue=False, **QUIET)
+    p.model_timer.tick(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
+    demo.load(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
+    for checkbox, box in zip([p.adaptive_on, p.entropy_on], p.extra_boxes):
+        checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False, **QUIET)
+    p.present.change(None, p.present, None, js=TOGGLE_JS, queue=False, **QUIET)
+    demo.load(presentation_from_url, None, p.present, queue=False, **QUIET)
+
+
+def _then_views(event, p: SimpleNamespace):
+    """After a comparison is on the page: the views that need no model, then the downloads."""
+    return event.then(views, [p.last, p.eos_state], p.view_outputs, **NO_MODEL).then(
+        exports, [p.last, p.eos_state], [p.downloads, p.export_note], **QUIET, concurrency_id="specviz-export")
+
+
+def _wire_comparisons(p: SimpleNamespace, examples: list[Example]) -> None:
+    """Run and Stop, an imported file and the example buttons: each puts a comparison on the page."""
+    run_event = p.run_button.click(
+        run,
+        inputs=[p.prompt, p.preset, p.max_tokens, p.static_k, p.heuristic_k, p.threshold, p.dynamic_max,
+                p.temperature, p.seed, p.adaptive_on, p.adaptive_t0, p.entropy_on, p.entropy_h],
+        outputs=p.view_all, show_progress="full", show_progress_on=[p.status], concurrency_id="specviz-model",
+        api_visibility="private",  # scripts call the `compare` endpoint: data in, JSON out
+        # After Stop the frontend may still count the cancelled run as pending; "once" would then
+        # swallow the next click on Run. Runs are serialized by the queue either way.
+        trigger_mode="multiple",
+    )
+    _then_views(run_event, p)
+    p.stop_button.click(stop, inputs=[p.last], outputs=[p.status, *p.columns], cancels=[run_event], **QUIET,
+                        concurrency_id="specviz-stop", concurrency_limit=None)
+    imported = _then_views(p.upload.upload(import_json, p.upload, p.view_all, **NO_MODEL), p)
+    imported.then(lambda: None, None, p.upload, queue=False, **QUIET)  # ready for the next file
+    for button, example in zip(p.example_buttons, examples):
+        # No model work: outside the model queue, so an example opens at once even during a run.
+        _then_views(button.click(example_opener(example), None, [p.prompt, *p.view_all], **NO_MODEL), p)
+
+
+def _wire_views(p: SimpleNamespace) -> None:
+    """The what-if slider, the PNG button and the replay's controls."""
+    p.draft_cost.release(what_if, [p.last, p.eos_state, p.draft_cost], [p.sweep_plot, p.sweep_table], **NO_MODEL)
+    p.png_button.click(lambda c, e: exports(c, e, png=True), [p.last, p.eos_state], [p.downloads, p.export_note],
+                       concurrency_id="specviz-export", api_visibility="private")
+    replay_inputs = [p.last, p.replay_policy, p.replay_round, p.eos_state]
+    replay_outputs = [p.replay_round, p.replay_panel]
+    p.replay_policy.input(replay_pick, [p.last, p.replay_policy, p.eos_state], replay_outputs, queue=False, **QUIET)
+    p.replay_round.release(lambda c, label, n, e: replay_move(c, label, n, e, 0), replay_inputs, replay_outputs,
+                           queue=False, **QUIET)
+    for button, delta in ((p.prev_button, -1), (p.next_button, 1)):
+        button.click(lambda c, label, n, e, d=delta: replay_move(c, label, n, e, d), replay_inputs, replay_outputs,
+                     queue=False, **QUIET)
+
+
+def _public_api() -> None:
+    """The "Use via API" page of a Space: data in, data out. Model work shares the page's queue
+    slot and lock, so a script and a visitor never compute on the pair at once."""
+    gr.api(endpoints.compare_api, api_name="compare", concurrency_id="specviz-model")
+    gr.api(endpoints.presets_api, api_name="presets", queue=False)
+    gr.api(endpoints.examples_api, api_name="examples", queue=False)
+    gr.api(endpoints.example_api, api_name="example", concurrency_id="specviz-views", concurrency_limit=None)
+
+
+def build_demo() -> gr.Blocks:
+    limits = Limits.from_env()
+    examples = load_examples()
+    p = SimpleNamespace()
+    with gr.Blocks(title="SpecViz: speculative decoding lookahead", fill_width=True,
+                   analytics_enabled=False) as demo:
+        # The first screen holds the prompt, Run, the examples and one row of settings, so that the
+        # four columns and their first tokens are in view at 1280x720 without scrolling.
+        _prompt_and_run(p, examples, limits)
+        _settings(p)
+        _columns(p)
+        _charts(p)
+        _replay(p)
+        _what_if(p)
+        _files(p)
+        p.last = gr.State(None)
+        p.eos_state = gr.State([])
+        p.view_all = [p.status, *p.columns, p.lookahead_plot, p.progress_plot, p.summary, p.last, p.eos_state]
+        p.view_outputs = [p.sweep_plot, p.sweep_table, p.sweep_note, p.draft_cost, p.calibration_plot,
+                          p.positions_plot, p.work_plot, p.threshold_plot, p.replay_policy, p.replay_round,
+                          p.replay_panel, *p.extra_boxes]
+        _wire_page(demo, p)
+        _wire_comparisons(p, examples)
+        _wire_views(p)
+        _public_api()
+    demo.queue(default_concurrency_limit=1, max_size=limits.queue_size)
+    return demo
+
+
+def launch(demo: gr.Blocks, argv: list[str] | None = None) -> None:
+    """Start the server (and, unless SPECVIZ_PRELOAD=0, load the default pair in the background)."""
+    options = server_options(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if preloading():
+        threading.Thread(target=preload, name="specviz-preload", daemon=True).start()
+    demo.launch(server_name=options.host, server_port=options.port, share=options.share,
+                theme=THEME, css=CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES)
