@@ -371,6 +371,9 @@ def show_example(example):
     yield (gr.skip(), *_shown(comparison, message))
 
 
+# ---- the model line, presentation mode, the preload -------------------------------------------
+
+
 def preloading() -> bool:
     return os.environ.get("SPECVIZ_PRELOAD", "1") != "0"
 
