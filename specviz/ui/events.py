@@ -342,8 +342,8 @@ def _shown(comparison, message: str) -> tuple:
 
 # Opening an example plays its rounds back as they streamed (drafts pending, then judged), fast
 # enough that the example is complete in under a second.
-PLAYBACK_FRAMES = 6
-PLAYBACK_FRAME_S = 0.1
+PLAYBACK_FRAMES = 4
+PLAYBACK_FRAME_S = 0.06
 
 
 def show_example(example):
@@ -368,7 +368,10 @@ def show_example(example):
         yield (example.prompt if step == 0 else gr.skip(),
                *_outputs(playing, [shown.get(p, gr.skip()) for p in ALL_COLUMNS]))
         time.sleep(PLAYBACK_FRAME_S)
-    yield (gr.skip(), *_shown(comparison, message))
+    # The finished columns first, then the charts (the costlier part to build and to draw).
+    yield (gr.skip(), *_outputs(status_html(message, "done"), _columns(comparison, present, running=False)))
+    yield (gr.skip(), *_outputs(gr.skip(), [gr.skip()] * len(ALL_COLUMNS), *_charts(comparison),
+                                summary_table(comparison), comparison, []))
 
 
 # ---- the model line, presentation mode, the preload -------------------------------------------
@@ -401,6 +404,8 @@ def preload() -> None:
     # A few tokens through both models and the charts drawn once now, so that the first Run does not
     # pay the one-time set-up of torch's kernels and of plotly's figure classes (together about
     # 2 s on 2 cores) before its first coloured token.
+    started = time.monotonic()
     with MODEL_LOCK:
         warm = compare(pair, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
     _charts(warm)
+    logger.info("Warm-up finished in %.1f s", time.monotonic() - started)

@@ -7,7 +7,7 @@ import gradio as gr
 
 from .presentation import FOLLOW_JS, PRESENT_CSS
 from .render import TOKEN_CSS
-from .replay import REPLAY_CSS
+from .replay import REPLAY_CSS, REPLAY_REVEAL_JS
 
 APP_CSS = """
 #specviz-intro h2 { margin: 0 0 4px 0; font-size: 1.45em; }
@@ -71,8 +71,10 @@ REPLAY_KEYS_JS = """
 }
 """
 
-# The page's one load-time script: replay keys, and columns that follow the live edge.
-PAGE_JS = f"() => {{ ({REPLAY_KEYS_JS.strip()})(); ({FOLLOW_JS.strip()})(); }}"
+# The page's one load-time script: replay keys and its draft-then-verdict reveal, and columns
+# that follow the live edge.
+PAGE_JS = (f"() => {{ ({REPLAY_KEYS_JS.strip()})(); ({REPLAY_REVEAL_JS.strip()})(); "
+           f"({FOLLOW_JS.strip()})(); }}")
 
 THEME = gr.themes.Default(text_size="lg")
 
