@@ -115,7 +115,7 @@ def _settings(p: SimpleNamespace) -> None:
         p.present = gr.Checkbox(False, label="Presentation mode", elem_id="present", scale=0, min_width=220)
 
 
-def _columns(p: SimpleNamespace) -> None:
+def _policy_columns(p: SimpleNamespace) -> None:
     """The model line, the status, the legend and one column per policy (the extra ones hidden)."""
     p.model_line = gr.HTML(load_status_html(load_state(DEFAULT_PRESET), DEFAULT_PRESET), elem_id="model-status")
     p.status = gr.HTML(status_html("Pick an example to see a comparison at once, or type a prompt and press Run "
@@ -132,7 +132,7 @@ def _columns(p: SimpleNamespace) -> None:
                 p.extra_boxes.append(box)
 
 
-def _charts(p: SimpleNamespace) -> None:
+def _chart_panels(p: SimpleNamespace) -> None:
     """Lookahead per round (full width: one panel per policy), tokens per pass, acceptance by
     position, the summary table, the adaptive threshold, and the "Why?" charts."""
     p.lookahead_plot = gr.Plot(label="Lookahead per round", elem_id="lookahead-plot")
@@ -264,8 +264,8 @@ def build_demo() -> gr.Blocks:
         # four columns and their first tokens are in view at 1280x720 without scrolling.
         _prompt_and_run(p, examples, limits)
         _settings(p)
-        _columns(p)
-        _charts(p)
+        _policy_columns(p)
+        _chart_panels(p)
         _replay(p)
         _what_if(p)
         _files(p)
