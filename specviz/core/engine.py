@@ -251,8 +251,9 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
     and again after every round, so a caller can show the draft proposing and the target
     deciding as they happen. Stop by no longer asking for the next one: between rounds
     (`trace.pending` is None) the trace then keeps `stop_reason="stopped"` and every pass it
-    counts. `wall_s` counts this function's own time only, not the caller's between yields. `feeding` says how the draft reads tokens
-    (`Drafter`, or `TransformersDrafter` to reproduce transformers' passes exactly).
+    counts. `wall_s` counts this function's own time only, not the caller's between yields.
+    `feeding` says how the draft reads tokens (`Drafter`, or `TransformersDrafter` to reproduce
+    transformers' passes exactly).
     """
     started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)

@@ -26,6 +26,11 @@ from ..core.trace import Comparison, Pending, Round, Trace
 # purple and yellow, and every kind also has its own line style, so the view still reads in
 # greyscale. Tokens set both background and text colour, so they look the same in light and
 # dark mode; only the round separators and the metrics block inherit the page colours.
+# Drafted, not yet verified: grey with a dashed outline and italics, no underline or strike, so
+# it reads apart from the four verdicts in colour, in greyscale and for colour-blind eyes. The
+# replay's draft-then-verdict reveal (replay.py) starts every draft token in this look too.
+PENDING_LOOK = "background: #e4e4e4; color: #2b2b2b; font-style: italic; outline: 2px dashed #5a5a5a; outline-offset: -2px;"
+
 TOKEN_CSS = """
 .specviz-tokens {
   white-space: pre-wrap;
@@ -77,15 +82,7 @@ TOKEN_CSS = """
   outline: 2px dotted #8a6d00;
   outline-offset: -1px;
 }
-/* Drafted, not yet verified: grey with a dashed outline and italics, no underline or strike,
-   so it reads apart from the four verdicts in colour, in greyscale and for colour-blind eyes. */
-.tok-pending {
-  background: #e4e4e4;
-  color: #2b2b2b;
-  font-style: italic;
-  outline: 2px dashed #5a5a5a;
-  outline-offset: -2px;
-}
+.tok-pending { """ + PENDING_LOOK + """ }
 /* A token that is only whitespace would be an invisible or zero-width cell. The marker comes
    from CSS generated content, which browsers do not copy, so copy/paste keeps the real text. */
 .tok-ws::before {

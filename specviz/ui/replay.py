@@ -9,17 +9,17 @@ from typing import NamedTuple
 
 from ..core.trace import Round, Trace
 from ..errors import SpecVizError
+from .render import PENDING_LOOK
 
 # ---- round-by-round replay -----------------------------------------------------------------
 
-# Each round shown plays "draft, then verdict": for REVEAL_S its draft tokens look pending (the
-# style of render.py's tok-pending) and the verdicts are hidden; then both appear. CSS only, so
+# Each round shown plays "draft, then verdict": for REVEAL_S its draft tokens look pending
+# (render.py's PENDING_LOOK) and the verdicts are hidden; then both appear. CSS only, so
 # stepping stays instant, and a viewer who asks for reduced motion sees the verdict at once.
 REVEAL_S = 0.8
 REPLAY_CSS = f"""
 @keyframes specviz-drafted {{
-  from {{ background: #e4e4e4; color: #2b2b2b; font-style: italic; text-decoration: none; border-color: transparent;
-         outline: 2px dashed #5a5a5a; outline-offset: -2px; }}
+  from {{ {PENDING_LOOK} text-decoration: none; border-color: transparent; }}
 }}
 @keyframes specviz-judged {{ from {{ opacity: 0; }} }}
 .specviz-replay .replay-reveal {{ animation: specviz-drafted 0.15s ease-out {REVEAL_S}s backwards; }}
