@@ -109,9 +109,9 @@ TOKEN_CSS = """
 _LEGEND_ITEMS = [
     ("accepted", "accepted", "draft token kept"),
     ("rejected", "rejected", "draft token thrown away"),
-    ("correction", "correction", "target's token in place of a rejected one"),
-    ("bonus", "bonus", "target's extra token after all were kept"),
-    ("pending", "pending", "drafted, awaiting the target's check"),
+    ("correction", "correction", "target's token instead"),
+    ("bonus", "bonus", "target's extra token, all kept"),
+    ("pending", "pending", "drafted, not yet checked"),
 ]
 
 LEGEND_HTML = (
