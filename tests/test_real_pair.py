@@ -1,0 +1,47 @@
+"""The real pair offline (Qwen2.5-Coder-1.5B-Instruct fp32, draft Qwen2.5-Coder-0.5B-Instruct), when it
+is set up in the model cache: one short coding prompt through every policy. Skipped, naming the
+command that installs it, where it is not set up (it needs a 1.6 GB download and about 9 GB of RAM)."""
+
+import pytest
+
+from specviz.core import models
+from specviz.core.pipeline import compare, make_request
+from specviz.core.wheel_parts import SETUP_COMMAND
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "Write a Python function that returns the n-th Fibonacci number."
+MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
+MAX_NEW_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    preset = models.PRESETS[models.REAL_PAIR_PRESET]
+    missing = [models.set_up_folder(models.SET_UP_MODELS[hub_id]) for hub_id in (preset.target, preset.draft)
+               if not (models.set_up_folder(models.SET_UP_MODELS[hub_id]) / "config.json").is_file()]
+    if missing:
+        pytest.skip(f"the real pair is not set up ({', '.join(str(m) for m in missing)} missing): "
+                    f"install it with `{SETUP_COMMAND}`")
+    pair = models.get_pair(models.REAL_PAIR_PRESET)
+    assert pair.vocab_size == 151936
+    return compare(pair, make_request(PROMPT, MODES, MAX_NEW_TOKENS))
+
+
+def test_every_policy_is_lossless(comparison):
+    assert comparison.baseline is not None and 0 < len(comparison.baseline.token_ids) <= MAX_NEW_TOKENS
+    assert [t.label for t in comparison.traces] == ["static k=5", "heuristic k0=5", "dynamic t=0.4", "oracle"]
+    for trace in comparison.traces:
+        assert trace.lossless, (trace.label, trace.first_difference)
+
+
+def test_the_oracle_needs_the_fewest_target_passes(comparison):
+    oracle = comparison.trace("oracle")
+    for trace in comparison.traces:
+        assert oracle.target_passes <= trace.target_passes, trace.label
+
+
+def test_every_round_meets_the_ideal_line(comparison):
+    for trace in comparison.traces:
+        for r in trace.rounds:
+            assert r.accepted == min(r.lookahead, comparison.oracle_ideal[r.position]), (trace.label, r)
