@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +22,30 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 class AppDidNotStart(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running app: its process, its URL and its log file."""
+
+    proc: subprocess.Popen
+    url: str
+    log_path: Path
+
+
+class LogSince:
+    """An app's log from the moment this was made on. Modules share one app server, so each checks
+    only the lines its own tests caused (a test elsewhere may have made Gradio log a traceback of its
+    own input checks on purpose)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.start = path.stat().st_size if path.exists() else 0
+
+    def read_text(self) -> str:
+        with open(self.path, "rb") as log:
+            log.seek(self.start)
+            return log.read().decode("utf-8", errors="replace")
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """The explaining charts and presentation mode in headless Chromium, from an imported comparison.
 
-No model runs: the app starts with SPECVIZ_PRELOAD=0 and is fed a hand-made comparison JSON
+No model runs: the shared app with SPECVIZ_PRELOAD=0 (conftest.modelless_server) is fed a hand-made comparison JSON
 through its import box, so every chart has data within seconds.
 Run: python -m pytest tests/test_app_browser_charts.py -q
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, start_app, stop_app
+from app_server import CHROMIUM
 
 from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
 
@@ -56,16 +56,6 @@ def hand_made_comparison() -> Comparison:
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    log_path = tmp_path_factory.mktemp("app") / "app.log"
-    proc, url = start_app(log_path, SPECVIZ_PRELOAD="0")
-    try:
-        yield url, log_path
-    finally:
-        stop_app(proc)
-
-
-@pytest.fixture(scope="module")
 def comparison_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("import") / "comparison.json"
     path.write_text(hand_made_comparison().to_json(), encoding="utf-8")
@@ -76,7 +66,7 @@ def import_comparison(page, url, path) -> None:
     page.goto(url)
     page.wait_for_selector("#import input[type=file]", state="attached", timeout=60_000)
     page.set_input_files("#import input[type=file]", str(path))
-    page.wait_for_function("() => document.querySelector('#status').textContent.includes('Imported')",
+    page.wait_for_function("() => document.querySelector('#status')?.textContent.includes('Imported')",
                            timeout=30_000)
     for plot in PLOTS:
         page.wait_for_selector(f"#{plot} .js-plotly-plot", state="attached", timeout=30_000)
@@ -92,8 +82,8 @@ def svg_text(page, selector: str) -> str:
     return page.locator(selector).first.text_content() or ""
 
 
-def test_every_chart_renders_from_an_imported_comparison(app_url, browser, comparison_file):
-    url, log_path = app_url
+def test_every_chart_renders_from_an_imported_comparison(modelless_app, browser, comparison_file):
+    url, log_path = modelless_app
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -143,8 +133,8 @@ def four_columns_visible(page) -> list[dict]:
 
 
 @pytest.mark.parametrize("how", ["url", "toggle"])
-def test_presentation_mode_fits_1280x720(app_url, browser, comparison_file, how):
-    url, log_path = app_url
+def test_presentation_mode_fits_1280x720(modelless_app, browser, comparison_file, how):
+    url, log_path = modelless_app
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     if how == "url":
         import_comparison(page, url + "?present=1", comparison_file)

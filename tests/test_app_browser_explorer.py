@@ -1,6 +1,6 @@
 """The explorer parts of the app in headless Chromium: replay, what-if sweep, sampling, export/import.
 
-Reuses the server and browser fixtures of test_app_browser.py (a separate app process for this module).
+Uses the shared live app and Chromium (conftest.py).
 Run: python -m pytest tests/test_app_browser_explorer.py -q     (about 1-2 minutes on 2 cores)
 """
 
@@ -13,12 +13,12 @@ from urllib.parse import unquote
 
 import pytest
 from app_server import set_box
-from test_app_browser import CHROMIUM, RUN_TIMEOUT_MS, app_url  # noqa: F401 - fixtures
+from test_app_browser import CHROMIUM, RUN_TIMEOUT_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENS = 24
+TOKENS = 16  # the slider's minimum: enough rounds to step the replay through three
 assert Path(CHROMIUM).exists()
 
 
@@ -42,8 +42,8 @@ def replay_state(page) -> dict:
     }""")
 
 
-def test_greedy_run_replay_sweep_and_import(app_url, browser):  # noqa: F811 - fixtures
-    url, log_path = app_url
+def test_greedy_run_replay_sweep_and_import(live_app, browser):
+    url, log_path = live_app
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -80,7 +80,7 @@ def test_greedy_run_replay_sweep_and_import(app_url, browser):  # noqa: F811 - f
     path = unquote(re.search(r"file=(/[^?#]+comparison\.json)", link.get_attribute("href")).group(1))
     before = page.inner_html("#col-dynamic .specviz-tokens")
     page.set_input_files("#import input[type=file]", path)
-    page.wait_for_function("() => document.querySelector('#status').textContent.includes('Imported')",
+    page.wait_for_function("() => document.querySelector('#status')?.textContent.includes('Imported')",
                            timeout=30_000)
     assert page.inner_html("#col-dynamic .specviz-tokens") == before
     page.set_input_files("#import input[type=file]", files=[{"name": "bad.json", "mimeType": "application/json",
@@ -92,8 +92,8 @@ def test_greedy_run_replay_sweep_and_import(app_url, browser):  # noqa: F811 - f
     assert "Traceback" not in log_path.read_text()
 
 
-def test_sampled_run_notes_the_oracle(app_url, browser):  # noqa: F811 - fixtures
-    url, log_path = app_url
+def test_sampled_run_notes_the_oracle(live_app, browser):
+    url, log_path = live_app
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     start_run(page, url, temperature=0.8, seed=1)
     oracle = page.inner_text("#col-oracle")

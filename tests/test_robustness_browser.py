@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, set_box, start_app, stop_app
+from app_server import CHROMIUM, set_box
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -85,23 +85,13 @@ def hostile_comparison():
                       baseline=baseline, traces=traces, prompt_tokens=12)
 
 
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("app")
-    proc, url = start_app(folder / "app.log", HF_HUB_OFFLINE="1", SPECVIZ_TIME_BUDGET_S="1200")
-    try:
-        yield url, folder / "app.log"
-    finally:
-        stop_app(proc)
-
-
 @pytest.fixture()
-def page(app_url, browser):
+def page(live_app, browser):
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     page.fired = []  # dialogs Playwright saw (if the hook were bypassed)
     page.on("dialog", lambda d: (page.fired.append(d.message), d.dismiss()))
     page.add_init_script(HOOK_JS)
-    page.goto(app_url[0])
+    page.goto(live_app[0])
     page.wait_for_selector("#run", timeout=60_000)
     yield page
     page.close()
@@ -143,7 +133,7 @@ def test_hostile_model_output_in_an_imported_comparison_stays_text(page, tmp_pat
     assert_inert(page)
 
 
-def test_a_hostile_prompt_run_through_the_model_stays_text(page, app_url):
+def test_a_hostile_prompt_run_through_the_model_stays_text(page, live_app):
     prompt = "Repeat exactly, then stop: " + " ".join(PAYLOADS[:5])
     page.locator("#prompt textarea").fill(prompt)
     set_box(page.locator("#max-new-tokens input[type=number]"), "16", key="Enter")
@@ -151,7 +141,7 @@ def test_a_hostile_prompt_run_through_the_model_stays_text(page, app_url):
     page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=600_000)
     assert page.locator("#prompt textarea").input_value() == prompt
     assert_inert(page)
-    assert "Traceback" not in app_url[1].read_text()
+    assert "Traceback" not in live_app[1].read_text()
 
 
 def wait_for_message(page, app_log: Path, pattern: str, timeout_ms: int = 120_000) -> None:
@@ -166,7 +156,7 @@ def wait_for_message(page, app_log: Path, pattern: str, timeout_ms: int = 120_00
                              f"{app_log.read_text()[-2000:]}") from None
 
 
-def test_bad_values_typed_in_the_page_get_a_clear_message(page, app_url):
+def test_bad_values_typed_in_the_page_get_a_clear_message(page, live_app):
     """An empty prompt gets the app's own error status; a number box outside its range gets Gradio's
     message, an emptied one the app's; in each case the spinner ends and the page keeps working."""
     page.locator("#prompt textarea").fill("   ")
@@ -180,7 +170,7 @@ def test_bad_values_typed_in_the_page_get_a_clear_message(page, app_url):
     for typed, pattern in (("0", "/less than minimum|between 1 and/"), ("", "/Static k is empty/")):
         set_box(box, typed)
         page.click("#run")
-        wait_for_message(page, app_url[1], pattern)
+        wait_for_message(page, live_app[1], pattern)
         page.wait_for_timeout(1000)
         assert page.locator("#status .pending, #status .eta-bar").count() == 0, "the spinner is stuck"
     assert_inert(page)
