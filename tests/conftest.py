@@ -3,9 +3,40 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
+
+# One intra-op thread per test process: the suite runs in two xdist workers (pyproject.toml), and
+# the apps and command lines the tests start inherit OMP_NUM_THREADS. Measured on this project's
+# 2-core machines (3 prompts x 6 policies x 48 tokens on the int8 pair): 2 threads took 112.8 s,
+# 1 thread 94.7 s, and two 1-thread processes side by side 94.4 and 94.6 s each.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_collection_modifyitems(items):
+    """The model and browser tests first: the workers start on the long units of work, and the
+    short unit tests fill in at the end (xdist hands out work in collection order)."""
+    items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("browser")))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Hand out whole modules, so that each worker computes a module's shared fixtures (its
+    comparisons, its app server) once; a module parametrized by preset is split by preset, so
+    that its two presets run side by side."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    from specviz.core.models import PRESETS
+
+    class ByModuleAndPreset(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module, _, test = nodeid.partition("::")
+            param = test[test.find("[") + 1:-1] if test.endswith("]") else ""
+            return f"{module}[{param}]" if param in PRESETS else module
+
+    return ByModuleAndPreset(config, log)
 
 
 def tiny_llama(seed: int, vocab: int = 8, sharpness: float = 4.0):
@@ -73,9 +104,9 @@ def restore_threads():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
-    """Debian's Chromium, headless, driven by Playwright; one per browser test module."""
+    """Debian's Chromium, headless, driven by Playwright: one for the whole run, a new page per test."""
     from app_server import CHROMIUM, CHROMIUM_ARGS
     from playwright.sync_api import sync_playwright
 
@@ -83,3 +114,51 @@ def browser():
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+# ---- app servers: one per configuration for the whole run ----------------------------------
+# Starting `python app.py` costs a Python start, the imports and a model load; every module of a
+# worker that needs the same configuration shares one. Each module reads only its own part of the log.
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory):
+    """The app with the bundled pair preloaded, the hub offline, and a large time budget so that a
+    busy machine slows a run down instead of cutting it short."""
+    from app_server import Served, start_app, stop_app
+
+    folder = tmp_path_factory.mktemp("live-app")
+    proc, url = start_app(folder / "app.log", HF_HUB_OFFLINE="1", HF_HOME=str(folder / "hf"),
+                          SPECVIZ_TIME_BUDGET_S="1200")
+    try:
+        yield Served(proc, url, folder / "app.log")
+    finally:
+        stop_app(proc)
+
+
+@pytest.fixture(scope="session")
+def modelless_server(tmp_path_factory):
+    """The app with SPECVIZ_PRELOAD=0: examples and imports only; no test presses Run on it."""
+    from app_server import Served, start_app, stop_app
+
+    folder = tmp_path_factory.mktemp("modelless-app")
+    proc, url = start_app(folder / "app.log", SPECVIZ_PRELOAD="0")
+    try:
+        yield Served(proc, url, folder / "app.log")
+    finally:
+        stop_app(proc)
+
+
+@pytest.fixture(scope="module")
+def live_app(live_server):
+    """(url, the log from this module's start) of the shared live app."""
+    from app_server import LogSince
+
+    return live_server.url, LogSince(live_server.log_path)
+
+
+@pytest.fixture(scope="module")
+def modelless_app(modelless_server):
+    from app_server import LogSince
+
+    return modelless_server.url, LogSince(modelless_server.log_path)
