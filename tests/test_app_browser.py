@@ -1,7 +1,7 @@
 """The app in headless Chromium: type a prompt, run all four policies, check what the page shows.
 
-Starts `python app.py --port <free port>` in a subprocess (SPECVIZ_CACHE inherited) and drives it
-with Playwright. The numbers on the page are checked against the same request run here, in the
+Drives the shared live app (conftest.live_server: `python app.py`, SPECVIZ_CACHE inherited) with
+Playwright. The numbers on the page are checked against the same request run here, in the
 test process, through `specviz.core.pipeline.compare`: greedy decoding is deterministic, so the pass
 counts must match exactly (wall times differ and are not compared).
 
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from app_server import CHROMIUM, ROOT, set_box, start_app, stop_app
+from app_server import CHROMIUM, ROOT, set_box
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -26,17 +26,6 @@ RUN_TIMEOUT_MS = 600_000  # generous: the CI machine has 2 cores and is often sh
 sync_api = pytest.importorskip("playwright.sync_api")
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    log_path = tmp_path_factory.mktemp("app") / "app.log"
-    # A large time budget so a busy machine slows the run down instead of cutting it short.
-    proc, url = start_app(log_path, SPECVIZ_TIME_BUDGET_S="1200")
-    try:
-        yield url, log_path
-    finally:
-        stop_app(proc)
 
 
 def expected_comparison():
@@ -108,8 +97,8 @@ READ_PLOT_JS = """() => {
 }"""
 
 
-def test_run_fills_all_columns_with_engine_counts(app_url, browser):
-    url, log_path = app_url
+def test_run_fills_all_columns_with_engine_counts(live_app, browser):
+    url, log_path = live_app
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     console_errors: list[str] = []
     dialogs: list[str] = []
@@ -220,13 +209,14 @@ def test_run_fills_all_columns_with_engine_counts(app_url, browser):
     assert "Traceback" not in log_path.read_text()
 
 
-def test_stop_mid_run_keeps_the_page_and_the_model_working(app_url, browser):
+def test_stop_mid_run_keeps_the_page_and_the_model_working(live_app, browser):
     """Stop while the first column streams: finished work is kept, the column says stopped, the
     status ticks while it ran, and the next Run (which needs the model lock back) completes."""
-    url, log_path = app_url
+    url, log_path = live_app
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     page.goto(url)
     page.wait_for_selector("#run", timeout=60_000)
+    page.wait_for_selector("#status .specviz-status", timeout=60_000)  # the observer needs it in the page
     page.evaluate("""() => {
       const seen = window.__statusTexts = new Set();
       new MutationObserver(() => {
@@ -270,15 +260,19 @@ WATCH_LIVE_EDGE_JS = """() => {
 }"""
 
 
-def test_presentation_mode_follows_the_newest_tokens(app_url, browser):
+def test_presentation_mode_follows_the_newest_tokens(live_app, browser):
     """At 1280x720 in presentation mode each column is a window that keeps its newest token in view
     while the run streams; afterwards the whole answer can be scrolled to."""
-    url, log_path = app_url
+    url, log_path = live_app
     page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.goto(url + "?present=1")
+    page.goto(url)
+    # The example prompt, 64 new tokens: longer than a column's window (asserted below). The box is
+    # set first: presentation mode hides it.
+    set_box(page.locator("#max-new-tokens input[type=number]"), "64", key="Enter")
+    page.locator("#present input[type=checkbox]").check()
     page.wait_for_function("() => document.body.classList.contains('specviz-present')", timeout=60_000)
     page.evaluate(WATCH_LIVE_EDGE_JS)
-    page.click("#run")  # the example prompt, 128 new tokens: longer than a column's window
+    page.click("#run")
     page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)
     seen = page.evaluate("() => window.__liveEdge")
     overflowing = [s for s in seen if s["overflows"]]

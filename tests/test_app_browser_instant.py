@@ -1,7 +1,7 @@
 """The app with no model work: examples open at once, and a model that cannot load says why.
 
 Two apps in headless Chromium, neither of which loads a model:
-* SPECVIZ_PRELOAD=0: clicking an example plays its comparison computed ahead back round by round
+* SPECVIZ_PRELOAD=0 (the shared conftest.modelless_server): clicking an example plays its comparison computed ahead back round by round
   (drafts pending, then judged) and then shows four complete columns, labelled precomputed, while
   the model-pair line still says nothing was loaded;
 * SPECVIZ_CACHE pointing at a file: the background preload fails, and both the page's model line
@@ -43,43 +43,42 @@ WATCH_PLAYBACK_JS = """() => {
 }"""
 
 
-def test_an_example_opens_a_complete_comparison_without_any_model(tmp_path, browser):
+def test_an_example_opens_a_complete_comparison_without_any_model(modelless_app, browser):
     from specviz.ui.files import example_comparison, load_examples
 
-    proc, url = start_app(tmp_path / "app.log", SPECVIZ_PRELOAD="0")
-    try:
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        page.goto(url)
-        page.wait_for_selector("#example-0", timeout=60_000)
-        assert "loads on the first Run" in page.inner_text("#model-status")
-        for index, example in enumerate(load_examples()):
-            page.evaluate(WATCH_PLAYBACK_JS)
-            page.click(f"#example-{index}")
-            page.wait_for_function(
-                "([ps, prompt]) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))"
-                " && document.querySelector('#status').innerText.includes('Precomputed')"
-                " && document.querySelector('#prompt textarea').value === prompt",
-                arg=[POLICIES, example.prompt], timeout=30_000)
-            assert page.locator("#prompt textarea").input_value() == example.prompt
-            # It played back first: columns replaying, their rounds growing, the next draft pending.
-            frames = page.evaluate("() => window.__playback")
-            assert len(frames) >= 3 and all(f["pending"] for f in frames), frames
-            for policy in POLICIES:
-                rounds = [f["rounds"][policy] for f in frames if policy in f["rounds"]]
-                assert rounds == sorted(rounds) and rounds[-1] > rounds[0], (policy, frames)
-            stored = example_comparison(example)
-            for trace in stored.traces:
-                shown = page.inner_text(f'#col-{trace.policy} [data-metric="target_passes"]')
-                assert int(shown) == trace.target_passes, (example.name, trace.label)
-            status = page.inner_text("#status")
-            assert stored.preset in status and stored.provenance["date"] in status, status
-        # Still nothing loaded: the examples ran no model.
-        assert "loads on the first Run" in page.inner_text("#model-status")
-        page.close()
-    finally:
-        stop_app(proc)
-    log = (tmp_path / "app.log").read_text()
-    assert "Traceback" not in log and "run: preset" not in log
+    url, log = modelless_app
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("#example-0", timeout=60_000)
+    assert "loads on the first Run" in page.inner_text("#model-status")
+    for index, example in enumerate(load_examples()):
+        page.evaluate(WATCH_PLAYBACK_JS)
+        page.click(f"#example-{index}")
+        page.wait_for_function(
+            "([ps, prompt]) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))"
+            " && document.querySelector('#status').innerText.includes('Precomputed')"
+            " && document.querySelector('#prompt textarea').value === prompt",
+            arg=[POLICIES, example.prompt], timeout=30_000)
+        assert page.locator("#prompt textarea").input_value() == example.prompt
+        # Run recomputes it on the pair it was computed on: the pair menu shows that pair.
+        page.wait_for_function("(preset) => document.querySelector('#preset input').value === preset",
+                               arg=example.preset, timeout=10_000)
+        # It played back first: columns replaying, their rounds growing, the next draft pending.
+        frames = page.evaluate("() => window.__playback")
+        assert len(frames) >= 3 and all(f["pending"] for f in frames), frames
+        for policy in POLICIES:
+            rounds = [f["rounds"][policy] for f in frames if policy in f["rounds"]]
+            assert rounds == sorted(rounds) and rounds[-1] > rounds[0], (policy, frames)
+        stored = example_comparison(example)
+        for trace in stored.traces:
+            shown = page.inner_text(f'#col-{trace.policy} [data-metric="target_passes"]')
+            assert int(shown) == trace.target_passes, (example.name, trace.label)
+        status = page.inner_text("#status")
+        assert stored.preset in status and stored.provenance["date"] in status, status
+    # Still nothing loaded: the examples ran no model.
+    assert "loads on the first Run" in page.inner_text("#model-status")
+    page.close()
+    assert "Traceback" not in log.read_text() and "run: preset" not in log.read_text()
 
 
 def test_a_model_that_cannot_load_says_why_in_the_page(tmp_path, browser):
@@ -121,29 +120,27 @@ FIRST_TOKENS_IN_VIEW = """(ps) => ps.map(p => {
 
 
 @pytest.mark.parametrize("width, height", [(1440, 900), (1280, 720)])
-def test_the_first_screen_shows_prompt_run_and_the_columns_first_tokens(tmp_path, browser, width, height):
+def test_the_first_screen_shows_prompt_run_and_the_columns_first_tokens(modelless_app, browser, tmp_path, width,
+                                                                         height):
     """After a page load and an example click, without scrolling: the prompt, Run, and the first
     coloured token of each of the four columns are inside the viewport; nothing scrolls sideways."""
-    proc, url = start_app(tmp_path / "app.log", SPECVIZ_PRELOAD="0")
-    try:
-        page = browser.new_page(viewport={"width": width, "height": height})
-        page.goto(url)
-        page.wait_for_selector("#example-0", timeout=60_000)
-        for selector in ("#prompt textarea", "#run", "#example-0"):
-            box = page.locator(selector).first.bounding_box()
-            assert box and box["y"] + box["height"] <= height, (selector, box)
-        page.click("#example-0")
-        page.wait_for_function("(ps) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))",
-                               arg=POLICIES, timeout=30_000)
-        page.screenshot(path=str(tmp_path / f"first-screen-{width}x{height}.png"))
-        assert page.evaluate("() => window.scrollY") == 0
-        for token in page.evaluate(FIRST_TOKENS_IN_VIEW, POLICIES):
-            assert token["bottom"] is not None and token["bottom"] <= height, token
-            assert token["right"] <= width, token
-        assert page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth") <= 0
-        page.close()
-    finally:
-        stop_app(proc)
+    url = modelless_app[0]
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(url)
+    page.wait_for_selector("#example-0", timeout=60_000)
+    for selector in ("#prompt textarea", "#run", "#example-0"):
+        box = page.locator(selector).first.bounding_box()
+        assert box and box["y"] + box["height"] <= height, (selector, box)
+    page.click("#example-0")
+    page.wait_for_function("(ps) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))",
+                           arg=POLICIES, timeout=30_000)
+    page.screenshot(path=str(tmp_path / f"first-screen-{width}x{height}.png"))
+    assert page.evaluate("() => window.scrollY") == 0
+    for token in page.evaluate(FIRST_TOKENS_IN_VIEW, POLICIES):
+        assert token["bottom"] is not None and token["bottom"] <= height, token
+        assert token["right"] <= width, token
+    assert page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth") <= 0
+    page.close()
 
 
 # The background of the replay's first draft token, read as soon as the panel shows another round
@@ -159,28 +156,24 @@ WATCH_REVEAL_JS = """() => {
 }"""
 
 
-def test_the_replay_shows_each_round_drafted_then_judged(tmp_path, browser):
-    proc, url = start_app(tmp_path / "app.log", SPECVIZ_PRELOAD="0")
-    try:
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        page.goto(url)
-        page.wait_for_selector("#example-0", timeout=60_000)
-        page.click("#example-0")
-        page.wait_for_selector("#replay-panel .specviz-replay[data-round] .replay-reveal", timeout=30_000)
-        page.evaluate(WATCH_REVEAL_JS)
-        pending = page.evaluate("() => { const s = document.createElement('span'); s.className = 'tok tok-pending';"
-                                " document.body.append(s); const c = getComputedStyle(s).backgroundColor; s.remove();"
-                                " return c; }")
-        for round_index in ("1", "2"):
-            page.click("#replay-next")
-            page.wait_for_selector(f'#replay-panel .specviz-replay[data-round="{round_index}"]', timeout=10_000)
-            page.wait_for_timeout(1500)  # the verdict comes 0.8 s after the draft
-            judged = page.evaluate("() => getComputedStyle(document.querySelector('#replay-panel .replay-reveal'))"
-                                   ".backgroundColor")
-            assert judged != pending, round_index
-        seen = [s for s in page.evaluate("() => window.__reveal") if s["round"] != "0"]  # 0: shown before
-        assert [s["round"] for s in seen] == ["1", "2"], seen
-        assert all(s["background"] == pending for s in seen), (pending, seen)  # drafted first, every round
-        page.close()
-    finally:
-        stop_app(proc)
+def test_the_replay_shows_each_round_drafted_then_judged(modelless_app, browser):
+    url = modelless_app[0]
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(url)
+    page.wait_for_selector("#example-0", timeout=60_000)
+    page.click("#example-0")
+    page.wait_for_selector("#replay-panel .specviz-replay[data-round] .replay-reveal", timeout=30_000)
+    page.evaluate(WATCH_REVEAL_JS)
+    pending = page.evaluate("() => { const s = document.createElement('span'); s.className = 'tok tok-pending';"
+                            " document.body.append(s); const c = getComputedStyle(s).backgroundColor; s.remove();"
+                            " return c; }")
+    for round_index in ("1", "2"):
+        page.click("#replay-next")
+        page.wait_for_selector(f'#replay-panel .specviz-replay[data-round="{round_index}"]', timeout=10_000)
+        # The verdict comes 0.8 s after the draft: wait until the first token no longer looks pending.
+        page.wait_for_function("(pending) => getComputedStyle(document.querySelector('#replay-panel .replay-reveal'))"
+                               ".backgroundColor !== pending", arg=pending, timeout=10_000)
+    seen = [s for s in page.evaluate("() => window.__reveal") if s["round"] != "0"]  # 0: shown before
+    assert [s["round"] for s in seen] == ["1", "2"], seen
+    assert all(s["background"] == pending for s in seen), (pending, seen)  # drafted first, every round
+    page.close()

@@ -1,11 +1,12 @@
-"""The real bundled pair (SmolLM2-135M-Instruct, int8 and bf16 drafts): lossless output, the
-oracle's optimality, parity with transformers, and the errors a user can hit."""
+"""The real bundled pair (SmolLM2-135M-Instruct, int8 and bf16 drafts): parity with transformers,
+the bf16 draft's agreement, and the errors a user can hit. Lossless output and the oracle's
+optimality over prompts of every suite: tests/test_exact_oracle.py."""
 
 import pytest
 
 from specviz.core.engine import TransformersDrafter, generate, target_only
 from specviz.core.models import check_same_vocabulary, encode_prompt, get_pair
-from specviz.core.pipeline import Limits, compare, make_request, prompt_ids_for
+from specviz.core.pipeline import Limits, make_request, prompt_ids_for
 from specviz.core.policies import make_policy, parse_modes
 from specviz.errors import SpecVizError
 from specviz.study.hf_reference import hf_assisted
@@ -20,57 +21,18 @@ PROMPTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def comparisons(bundled_pair):
-    request = {name: make_request(text, "static:5,heuristic:5,dynamic:0.4,oracle", 128)
-               for name, text in PROMPTS.items()}
-    return {name: compare(bundled_pair, r) for name, r in request.items()}
-
-
-@pytest.mark.parametrize("name", list(PROMPTS))
-def test_every_greedy_policy_is_lossless(comparisons, name):
-    c = comparisons[name]
-    assert len(c.baseline.token_ids) > 20
-    for trace in c.traces:
-        assert trace.token_ids == c.baseline.token_ids, (trace.label, trace.first_difference)
-        assert trace.lossless is True
-
-
-@pytest.mark.parametrize("name", list(PROMPTS))
-def test_oracle_needs_the_fewest_target_passes_and_accepts_what_it_drafts(comparisons, name):
-    c = comparisons[name]
-    oracle = c.trace("oracle")
-    assert all(r.lookahead == r.accepted for r in oracle.rounds)
-    # Exact because the draft's guess at a position depends on the text alone (engine.Drafter);
-    # tests/test_exact_oracle.py checks it over prompts of every suite.
-    for trace in c.traces:
-        assert oracle.target_passes <= trace.target_passes, trace.label
-    assert oracle.target_passes <= sum(t.target_passes for t in c.traces) / len(c.traces)
-    # the int8 draft disagrees with the target sometimes: there is something to see
-    assert c.trace("static k=5").acceptance_rate < 1.0
-
-
-def test_rounds_carry_the_oracle_ideal_and_display_text(comparisons):
-    c = comparisons["code"]
-    assert c.oracle_ideal is not None and len(c.oracle_ideal) == len(c.baseline.token_ids)
-    trace = c.trace("dynamic t=0.4")
-    assert all(r.oracle_ideal == c.oracle_ideal[r.position] for r in trace.rounds)
-    assert all(len(r.draft_texts) == r.lookahead for r in trace.rounds)
-    shown = "".join("".join(r.draft_texts[: r.accepted]) + (r.target_text or "") for r in trace.rounds)
-    assert shown.replace("<|im_end|>", "") == trace.text
-
-
 @pytest.mark.parametrize("preset", ["smollm2-135m-int8", "smollm2-135m-bf16"])
 @pytest.mark.parametrize("mode", ["static:5", "heuristic:5", "dynamic:0.4:20", "adaptive:0.4:20"])
 def test_parity_with_transformers(preset, mode):
     """Fed as transformers feeds its assistant (TransformersDrafter), the engine makes the same
-    rounds: the same tokens and the same passes of both models, on the real quantized draft."""
+    rounds: the same tokens and the same passes of both models, on the real quantized draft
+    (two prompts of 32 new tokens: 6 to 15 rounds each, every one of which must match)."""
     pair = get_pair(preset)
     spec = parse_modes(mode)[0]
-    for prompt in (PROMPTS["code"], PROMPTS["chat"], PROMPTS["list"]):
+    for prompt in (PROMPTS["code"], PROMPTS["chat"]):
         ids = encode_prompt(pair, prompt)
-        ours = generate(pair, ids, make_policy(spec), 64, feeding=TransformersDrafter)
-        theirs = hf_assisted(pair, ids, spec, 64)
+        ours = generate(pair, ids, make_policy(spec), 32, feeding=TransformersDrafter)
+        theirs = hf_assisted(pair, ids, spec, 32)
         assert ours.token_ids == theirs.token_ids
         assert ours.target_passes == theirs.target_calls
         assert ours.draft_passes == theirs.draft_calls
