@@ -12,7 +12,10 @@ from specviz.ui.files import load_examples
 def test_presets_list_every_pair_with_its_models():
     listed = api.presets()
     assert [p["name"] for p in listed] == list(PRESETS)
-    assert all({"name", "description", "target", "draft", "offline"} == set(p) for p in listed)
+    assert all({"name", "description", "target", "draft", "offline", "kind", "setup"} == set(p) for p in listed)
+    assert {p["name"] for p in listed if p["kind"] == "bundled"} == {"smollm2-135m-int8", "smollm2-135m-bf16"}
+    (real,) = [p for p in listed if p["kind"] == "offline after set-up"]
+    assert real["offline"] and real["setup"] == "scripts/setup.sh --real-pair"
 
 
 def test_examples_come_by_name_as_the_comparison_json():

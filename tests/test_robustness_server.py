@@ -2,8 +2,8 @@
 /compare's JSON against the CLI's, bad input, a hub preset offline, eight clients at once, and a
 client that goes away mid-run.
 
-Starts `python app.py --port <free port>` (SPECVIZ_PRELOAD default, hub offline) and talks to it
-with gradio_client, as any visitor's script could.
+Talks to the shared live app (conftest.live_server: SPECVIZ_PRELOAD default, hub offline) with
+gradio_client, as any visitor's script could.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from app_server import ROOT, start_app, stop_app
+from app_server import ROOT, LogSince
 
 pytestmark = pytest.mark.slow
 
@@ -26,17 +26,13 @@ gradio_client = pytest.importorskip("gradio_client")
 PROMPTS = ["Name a fruit.", "What is 2+2?", "Say hello in French.", "What colour is the sky?",
            "Name a planet.", "Spell the word cat.", "Name an ocean.", "What is the capital of Japan?"]
 TOKENS = 16  # the slider's minimum
+CLIENT_TOKENS = 8  # each of the eight clients: enough for an answer of its own, checked token by token
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("app")
-    log_path = folder / "app.log"
-    proc, url = start_app(log_path, HF_HUB_OFFLINE="1", HF_HOME=str(folder / "hf"), SPECVIZ_TIME_BUDGET_S="1200")
-    try:
-        yield proc, url, log_path
-    finally:
-        stop_app(proc)
+def served(live_server):
+    """The shared live app (conftest.py): its process, URL, and the log from this module's start."""
+    return live_server.proc, live_server.url, LogSince(live_server.log_path)
 
 
 def client_for(url: str):
@@ -90,7 +86,9 @@ def test_presets_and_examples_are_data(served):
     client = client_for(url)
     presets = client.predict(api_name="/presets")
     assert [p["name"] for p in presets] == list(PRESETS)
-    assert {p["name"] for p in presets if p["offline"]} == {"smollm2-135m-int8", "smollm2-135m-bf16"}
+    assert {p["name"] for p in presets if p["kind"] == "bundled"} == {"smollm2-135m-int8", "smollm2-135m-bf16"}
+    assert {p["name"] for p in presets if p["offline"]} == {"smollm2-135m-int8", "smollm2-135m-bf16",
+                                                            "qwen2.5-coder-1.5b"}
     examples = client.predict(api_name="/examples")
     assert [e["name"] for e in examples] == [e.name for e in load_examples()]
     stored = client.predict(name=examples[0]["name"], api_name="/example")
@@ -100,18 +98,18 @@ def test_presets_and_examples_are_data(served):
 
 
 def test_compare_returns_what_the_cli_writes(served, tmp_path):
-    """The same request through the API and through `python -m specviz compare --json`: the same
-    schema, the same tokens and passes (greedy decoding is deterministic), every policy lossless."""
+    """The same request through the API and through `python -m specviz compare --json` (its `main`,
+    called here; tests/test_cli.py runs it as a process): the same schema, the same tokens and
+    passes (greedy decoding is deterministic), every policy lossless."""
     import json
-    import subprocess
-    import sys
+
+    from specviz.cli import main
 
     _, url, _ = served
     prompt = "Write a Python function that reverses a string."
     ours = compare(client_for(url), prompt, max_new_tokens=20)
     path = tmp_path / "cli.json"
-    subprocess.run([sys.executable, "-m", "specviz", "compare", "--prompt", prompt, "--max-new-tokens", "20",
-                    "--json", str(path)], cwd=ROOT, check=True, capture_output=True, timeout=600)
+    assert main(["compare", "--prompt", prompt, "--max-new-tokens", "20", "--json", str(path)]) == 0
     cli = json.loads(path.read_text())
     assert set(ours) == set(cli)
     assert [m["name"] for m in ours["modes"]] == [m["name"] for m in cli["modes"]]
@@ -181,7 +179,7 @@ def test_eight_clients_at_once_each_get_their_own_answer(served, bundled_pair):
 
     def one(prompt: str) -> None:
         try:
-            results[prompt] = compare(client_for(url), prompt)
+            results[prompt] = compare(client_for(url), prompt, max_new_tokens=CLIENT_TOKENS)
         except Exception as error:  # noqa: BLE001 - recorded and asserted below
             results[prompt] = error
 
@@ -193,7 +191,7 @@ def test_eight_clients_at_once_each_get_their_own_answer(served, bundled_pair):
         t.join(timeout=900)
     total = time.monotonic() - started
     peak = peak_rss_mb(proc.pid)
-    print(f"\nconcurrency: {len(PROMPTS)} clients x {TOKENS} new tokens, all done in {total:.1f} s "
+    print(f"\nconcurrency: {len(PROMPTS)} clients x {CLIENT_TOKENS} new tokens, all done in {total:.1f} s "
           f"({total / len(PROMPTS):.1f} s per request, served one at a time); app peak RSS {peak:.0f} MB")
 
     errors = {p: r for p, r in results.items() if isinstance(r, Exception)}
@@ -203,7 +201,8 @@ def test_eight_clients_at_once_each_get_their_own_answer(served, bundled_pair):
         texts = answer_texts(results[prompt])
         assert results[prompt]["prompt"] == prompt and len(texts) == 4, prompt
         expected = bundled_pair.tokenizer.decode(
-            target_only(bundled_pair, encode_prompt(bundled_pair, prompt), TOKENS).token_ids, skip_special_tokens=True)
+            target_only(bundled_pair, encode_prompt(bundled_pair, prompt), CLIENT_TOKENS).token_ids,
+            skip_special_tokens=True)
         assert set(texts) == {expected}, (prompt, texts, expected)
     assert peak < 3000, f"the app's peak RSS was {peak:.0f} MB"
     assert_no_traceback_from_us(log_path)

@@ -20,9 +20,10 @@ from .files import example_comparison, load_examples
 
 
 def presets() -> list[dict[str, Any]]:
-    """The model pairs a comparison can run on."""
+    """The model pairs a comparison can run on. `kind`: "bundled", "offline after set-up" (then
+    `setup` is the command that installs its files) or "hub"."""
     return [{"name": p.name, "description": p.description, "target": p.target, "draft": p.draft,
-             "offline": p.offline} for p in PRESETS.values()]
+             "offline": p.offline, "kind": p.kind, "setup": p.setup} for p in PRESETS.values()]
 
 
 def examples() -> list[dict[str, str]]:
