@@ -1,11 +1,13 @@
 """Compute the example prompts' comparisons ahead, so the app shows them the moment one is clicked.
 
-Runs every prompt of assets/examples.json through the app's default policies with the default
-preset and 128 new tokens (the app's defaults) and writes each comparison, with where and when it
-was computed, to the file the example names (assets/examples/*.json). Run it alone on a quiet
-machine: the stored wall times are shown in the app as measured.
+Runs the prompts of assets/examples.json that belong to one preset (an example names its
+preset, else it is the default one) through the app's default policies with 128 new tokens (the
+app's defaults) and writes each comparison, with where and when it was computed, to the file the
+example names (assets/examples/*.json). Run it alone on a quiet machine: the stored wall times
+are shown in the app as measured.
 
     python scripts/make_examples.py [--preset smollm2-135m-int8] [--max-new-tokens 128]
+    python scripts/make_examples.py --preset qwen2.5-coder-1.5b   # after scripts/setup.sh --real-pair
 """
 
 from __future__ import annotations
@@ -42,20 +44,21 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default=DEFAULT_PRESET)
+    parser.add_argument("--preset", default=DEFAULT_PRESET, help="the preset whose examples to recompute")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     args = parser.parse_args()
+    examples = [e for e in load_examples() if e.comparison_path is not None and e.preset == args.preset]
+    if not examples:
+        raise SystemExit(f"no example of assets/examples.json belongs to {args.preset}")
     pair = get_pair(args.preset, progress=print)
-    for example in load_examples():
-        if example.comparison_path is None:
-            continue
+    for example in examples:
         request = make_request(example.prompt, DEFAULT_MODES, args.max_new_tokens)
         comparison = compare(pair, request, Limits(time_budget_s=float("inf")))
         comparison.provenance = {
             "date": datetime.date.today().isoformat(),
             "machine": machine(),
             "versions": f"transformers {transformers.__version__}, python {platform.python_version()}",
-            "command": "python scripts/make_examples.py",
+            "command": f"python scripts/make_examples.py --preset {args.preset}",
         }
         lossless = all(t.lossless for t in comparison.traces)
         example.comparison_path.parent.mkdir(parents=True, exist_ok=True)

@@ -86,8 +86,10 @@ def test_max_new_tokens_value():
 
 def test_examples_load():
     examples = load_examples()
-    assert len(examples) == 4
-    assert all(e.name and e.prompt.strip() for e in examples)
+    assert len(examples) == 6
+    assert all(e.name and e.prompt.strip() and e.preset in PRESETS for e in examples)
+    # The real pair's examples: a comparison with measured speedups, without any set-up or wait.
+    assert [e.preset for e in examples].count("qwen2.5-coder-1.5b") >= 2
 
 
 def test_examples_missing_file(tmp_path):
@@ -360,6 +362,7 @@ def test_every_shipped_example_loads_is_lossless_and_has_the_current_schema():
         comparison = example_comparison(example)
         assert comparison is not None, example.name
         assert comparison.prompt == example.prompt and not comparison.partial
+        assert comparison.preset == example.preset, example.name
         assert [t.policy for t in comparison.traces] == POLICY_COLUMNS
         assert all(t.lossless is True for t in comparison.traces), example.name
         assert all(t.token_ids == comparison.baseline.token_ids for t in comparison.traces)
@@ -387,3 +390,13 @@ def test_an_example_plays_back_round_by_round_before_it_is_shown_whole():
         assert all('data-state="replaying"' in htmls[column] and "specviz-metrics" not in htmls[column]
                    for htmls in frames)
     assert all("tok-pending" in htmls[0] for htmls in frames)  # static drafts every round
+
+
+def test_the_status_estimates_a_runs_duration_where_the_pair_was_measured():
+    from specviz.ui.columns import expected_duration
+
+    # 0.36 s per token and run on the real pair: four policies and target-only, 128 tokens
+    assert expected_duration("qwen2.5-coder-1.5b", 128, 5) == " (about 4 min in all)"
+    assert expected_duration("smollm2-135m-int8", 48, 5) == " (about 17 s in all)"
+    assert expected_duration("smollm2-1.7b", 128, 5) == ""  # a hub pair: not measured here
+    assert expected_duration("not-a-preset", 128, 5) == ""

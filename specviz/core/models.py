@@ -65,6 +65,9 @@ class Preset:
     # The dtype of a draft loaded from its own weights, on the CPU (on a GPU, hub pairs load in bf16).
     # The target stays fp32 there: its numerics decide the lossless check.
     draft_dtype: str = "float32"
+    # Seconds per new token of one decoding run (a policy, or target-only) on a 2-core CPU, as
+    # measured: what the page's estimate of a run's duration is made from. None: not measured.
+    run_s_per_token: float | None = None
 
     @property
     def kind(self) -> str:
@@ -83,13 +86,14 @@ REAL_PAIR_PRESET = "qwen2.5-coder-1.5b"
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("smollm2-135m-int8", "SmolLM2-135M-Instruct fp32, draft: its int8 dynamic-quantized copy "
            "(bundled, offline; disagrees often enough to show rejections)", "bundled", "int8", offline=True,
-           ram_gb=1.0),
+           ram_gb=1.0, run_s_per_token=0.07),
     Preset("smollm2-135m-bf16", "SmolLM2-135M-Instruct fp32, draft: its bf16 copy "
-           "(bundled, offline; near-perfect agreement)", "bundled", "bf16", offline=True, ram_gb=1.0),
+           "(bundled, offline; near-perfect agreement)", "bundled", "bf16", offline=True, ram_gb=1.0,
+           run_s_per_token=0.08),
     Preset(REAL_PAIR_PRESET, "Qwen2.5-Coder-1.5B-Instruct fp32, draft Qwen2.5-Coder-0.5B-Instruct (a real, "
            f"separately trained draft; offline once `{SETUP_COMMAND}` has run, a 1.6 GB download; about 9 GB of "
            "RAM)", "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct", offline=True,
-           setup=SETUP_COMMAND, ram_gb=9.0, draft_dtype="float32"),
+           setup=SETUP_COMMAND, ram_gb=9.0, draft_dtype="float32", run_s_per_token=0.36),
     Preset("smollm2-1.7b", "SmolLM2-1.7B-Instruct, draft SmolLM2-135M-Instruct (hub)",
            "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", ram_gb=7.5),
     Preset("smollm2-360m", "SmolLM2-360M-Instruct, draft SmolLM2-135M-Instruct (hub; a separately trained "
@@ -553,8 +557,21 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         draft, draft_tokenizer = _load_model(preset, name, preset.draft, device, _dtype(preset.draft_dtype), say)
         check_same_vocabulary(tokenizer, draft_tokenizer)
         pair = build_pair(name, target, draft, tokenizer, device)
+    say("Warming up both models")
+    warm_up(pair)
     pair.load_s = time.perf_counter() - started
     return pair
+
+
+def warm_up(pair: ModelPair) -> None:
+    """One forward call of each model. A model read from safetensors is mapped from disk, and its
+    first forward call reads every weight in: 6.7 GB for the real pair's target, which made the
+    first policy of the first comparison after a load twice as slow as the same policy later
+    (measured: static k=5 at 0.50x of target-only, then 1.06x on the next prompt)."""
+    ids = torch.tensor([[0]], device=pair.device)
+    with torch.inference_mode():
+        pair.target(input_ids=ids)
+        pair.draft(input_ids=ids)
 
 
 def _load_model(preset: Preset, name: str, model_id: str, device: torch.device, dtype: torch.dtype,

@@ -10,6 +10,7 @@ import html
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..core.models import PRESETS
 from ..core.trace import Comparison, Trace, drafting_view
 from .render import metrics_html, render_trace
 
@@ -175,6 +176,17 @@ def load_status_html(state: LoadState, preset: str) -> str:
     if state.phase == "ready":
         return status_html(f"Model pair {preset} ready (loaded in {state.elapsed_s():.1f} s).", "done")
     return status_html(f"The model pair {preset} loads on the first Run.", "idle")
+
+
+def expected_duration(preset: str, max_new_tokens: int, runs: int) -> str:
+    """" (about N in all)" for a comparison of `runs` decoding runs (the policies and target-only) on
+    a preset whose cost per token was measured; "" otherwise. An estimate: answers that end early
+    take less."""
+    per_token = PRESETS[preset].run_s_per_token if preset in PRESETS else None
+    if not per_token:
+        return ""
+    seconds = per_token * max_new_tokens * runs
+    return f" (about {seconds:.0f} s in all)" if seconds < 120 else f" (about {seconds / 60:.0f} min in all)"
 
 
 def status_html(message: str, state: str = "info") -> str:

@@ -31,6 +31,7 @@ from .columns import (
     active_columns,
     column_htmls,
     done_message,
+    expected_duration,
     load_status_html,
     placeholder_html,
     playback_htmls,
@@ -148,8 +149,11 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             on_page.update(enumerate(htmls))
             return out
 
+        # One run per policy and one of target-only decoding.
+        about = expected_duration(preset, request.max_new_tokens, len(request.modes) + 1)
+
         def running(text: str) -> str:
-            return status_html(f"{text}… {time.monotonic() - run_started:.1f} s", "running")
+            return status_html(f"{text}{about}… {time.monotonic() - run_started:.1f} s", "running")
 
         for update in steps:
             now = time.monotonic()
@@ -347,16 +351,16 @@ PLAYBACK_FRAME_S = 0.06
 
 
 def show_example(example):
-    """An example prompt: into the prompt box, and its comparison computed ahead, played back
-    round by round and then shown whole."""
+    """An example prompt: into the prompt box, its pair into the pair menu (so that Run recomputes
+    it there), and its comparison computed ahead, played back round by round and then shown whole."""
     try:
         comparison = example_comparison(example)
     except SpecVizError:
         logger.exception("example %s could not be loaded", example.name)
         comparison = None
     if comparison is None:
-        yield (example.prompt, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
-                                         [gr.skip()] * len(ALL_COLUMNS)))
+        yield (example.prompt, example.preset, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
+                                                         [gr.skip()] * len(ALL_COLUMNS)))
         return
     made = comparison.provenance or {}
     message = (f"Precomputed example ({comparison.preset}, {comparison.max_new_tokens} max new tokens, "
@@ -365,13 +369,13 @@ def show_example(example):
     playing = status_html("Playing the precomputed example back, round by round…", "running")
     for step, htmls in enumerate(playback_htmls(comparison, present, PLAYBACK_FRAMES)):
         shown = dict(zip(present, htmls))
-        yield (example.prompt if step == 0 else gr.skip(),
+        yield (*((example.prompt, example.preset) if step == 0 else (gr.skip(), gr.skip())),
                *_outputs(playing, [shown.get(p, gr.skip()) for p in ALL_COLUMNS]))
         time.sleep(PLAYBACK_FRAME_S)
     # The finished columns first, then the charts (the costlier part to build and to draw).
-    yield (gr.skip(), *_outputs(status_html(message, "done"), _columns(comparison, present, running=False)))
-    yield (gr.skip(), *_outputs(gr.skip(), [gr.skip()] * len(ALL_COLUMNS), *_charts(comparison),
-                                summary_table(comparison), comparison, []))
+    yield (gr.skip(), gr.skip(), *_outputs(status_html(message, "done"), _columns(comparison, present, running=False)))
+    yield (gr.skip(), gr.skip(), *_outputs(gr.skip(), [gr.skip()] * len(ALL_COLUMNS), *_charts(comparison),
+                                           summary_table(comparison), comparison, []))
 
 
 # ---- the model line, presentation mode, the preload -------------------------------------------

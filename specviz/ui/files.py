@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.models import BUILTIN_DEFAULT_PRESET
 from ..core.trace import Comparison
 from ..errors import SpecVizError
 from .render import metrics_html, render_trace
@@ -22,6 +23,7 @@ class Example:
     name: str
     prompt: str
     comparison_path: Path | None = None  # a comparison computed ahead (scripts/make_examples.py)
+    preset: str = BUILTIN_DEFAULT_PRESET  # the pair it was computed on, which Run then recomputes it on
 
 
 def load_examples(path: Path | str = EXAMPLES_PATH) -> list[Example]:
@@ -32,7 +34,8 @@ def load_examples(path: Path | str = EXAMPLES_PATH) -> list[Example]:
         return []
     folder = Path(path).parent
     return [Example(str(item["name"]), str(item["prompt"]),
-                    folder / item["comparison"] if item.get("comparison") else None) for item in data]
+                    folder / item["comparison"] if item.get("comparison") else None,
+                    str(item.get("preset") or BUILTIN_DEFAULT_PRESET)) for item in data]
 
 
 def example_comparison(example: Example) -> Comparison | None:

@@ -227,7 +227,7 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example]) -> None:
     imported.then(lambda: None, None, p.upload, queue=False, **QUIET)  # ready for the next file
     for button, example in zip(p.example_buttons, examples):
         # No model work: outside the model queue, so an example opens at once even during a run.
-        _then_views(button.click(example_opener(example), None, [p.prompt, *p.view_all], **NO_MODEL), p)
+        _then_views(button.click(example_opener(example), None, [p.prompt, p.preset, *p.view_all], **NO_MODEL), p)
 
 
 def _wire_views(p: SimpleNamespace) -> None:
