@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +79,16 @@ def start_app(log_path: Path, timeout_s: float = 120, **env_extra: str) -> tuple
             stop_app(proc)
             raise AppDidNotStart(f"app.py did not serve within {timeout_s:.0f} s:\n{log_path.read_text()[-3000:]}")
         time.sleep(0.5)
+
+
+@contextmanager
+def serving(folder: Path, **env_extra: str) -> Iterator[Served]:
+    """The app, started with its log in `folder`, for the length of a `with` block."""
+    proc, url = start_app(folder / "app.log", **env_extra)
+    try:
+        yield Served(proc, url, folder / "app.log")
+    finally:
+        stop_app(proc)
 
 
 def stop_app(proc: subprocess.Popen) -> None:

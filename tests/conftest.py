@@ -125,28 +125,20 @@ def browser():
 def live_server(tmp_path_factory):
     """The app with the bundled pair preloaded, the hub offline, and a large time budget so that a
     busy machine slows a run down instead of cutting it short."""
-    from app_server import Served, start_app, stop_app
+    from app_server import serving
 
     folder = tmp_path_factory.mktemp("live-app")
-    proc, url = start_app(folder / "app.log", HF_HUB_OFFLINE="1", HF_HOME=str(folder / "hf"),
-                          SPECVIZ_TIME_BUDGET_S="1200")
-    try:
-        yield Served(proc, url, folder / "app.log")
-    finally:
-        stop_app(proc)
+    with serving(folder, HF_HUB_OFFLINE="1", HF_HOME=str(folder / "hf"), SPECVIZ_TIME_BUDGET_S="1200") as served:
+        yield served
 
 
 @pytest.fixture(scope="session")
 def modelless_server(tmp_path_factory):
     """The app with SPECVIZ_PRELOAD=0: examples and imports only; no test presses Run on it."""
-    from app_server import Served, start_app, stop_app
+    from app_server import serving
 
-    folder = tmp_path_factory.mktemp("modelless-app")
-    proc, url = start_app(folder / "app.log", SPECVIZ_PRELOAD="0")
-    try:
-        yield Served(proc, url, folder / "app.log")
-    finally:
-        stop_app(proc)
+    with serving(tmp_path_factory.mktemp("modelless-app"), SPECVIZ_PRELOAD="0") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,14 @@ rows (PADDED_VOCAB) than the tokenizer has tokens (len(TOKENS)).
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from tests.conftest import noisy_copy  # the draft: a jittered copy, as for the tiny Llama pairs
 
 # A byte-level vocabulary (GPT-2's alphabet: "Ġ" is a space, "Ċ" a newline): the lowercase letters, a
 # few merges, and Qwen's three special tokens. Prompts in tests use lowercase words only.
@@ -55,16 +56,6 @@ def tiny_qwen2(seed: int = 0, sharpness: float = 4.0):
                 weight.normal_(0.0, 0.2)
         model.lm_head.weight.mul_(sharpness)
     return model
-
-
-def noisy_copy(model, noise: float, seed: int):
-    """The model with every weight jittered: a draft that agrees with it often but not always."""
-    draft = copy.deepcopy(model)
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for weight in draft.parameters():
-            weight.add_(noise * weight.std() * torch.randn_like(weight))
-    return draft
 
 
 def write_gguf(model, path: Path, name: str = "Tiny Qwen2 Instruct") -> Path:
