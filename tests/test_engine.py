@@ -233,3 +233,16 @@ def test_each_round_is_shown_drafted_before_it_is_judged(tiny_pair):
     stopped = generate(tiny_pair, [1, 2, 3], Static(4), 40, should_stop=lambda: len(calls.append(1) or calls) > 2)
     assert stopped.pending is None and len(stopped.rounds) == 2
     assert stopped.draft_passes == sum(r.draft_passes for r in stopped.rounds) > 0
+
+
+def test_the_prompt_prefill_is_timed_apart_in_the_first_drafting_round(tiny_pair):
+    """The draft's prompt prefill is a cost per prompt: the first round that drafts records it as
+    part of its draft time, no other round does; target-only records its first pass."""
+    trace = generate(tiny_pair, [3, 1, 4, 1, 5, 2, 6], Static(4), 20)
+    first, *rest = [r for r in trace.rounds if r.draft_ids]
+    assert 0 < first.draft_prefill_s < first.draft_s
+    assert all(r.draft_prefill_s == 0 for r in rest)
+    assert trace.draft_prefill_s == first.draft_prefill_s
+    assert generate(tiny_pair, [5], Static(4), 8).draft_prefill_s == 0  # a one-token prompt has no prefill call
+    baseline = target_only(tiny_pair, [3, 1, 4, 1, 5, 2, 6], 20)
+    assert 0 < baseline.prefill_s < baseline.wall_s

@@ -216,6 +216,9 @@ def test_study_runs_resumes_and_reports(tmp_path, restore_threads, capsys):
         assert r.max_new_tokens == 24 and not r.partial and r.torch_threads == 1
         assert {m.policy for m in r.modes} == {"static", "heuristic", "dynamic", "oracle"}
         assert all(m.lossless for m in r.modes)
+        # the prompt's prefill is recorded apart: the draft's call, the target's first passes
+        assert r.target_only_prefill_s > 0
+        assert all(0 < m.draft_prefill_s < m.draft_s and 0 < m.first_verify_s <= m.verify_s for m in r.modes)
         oracle = r.mode("oracle")
         assert all(rd.accepted == rd.lookahead for rd in oracle.rounds)
     rows = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))

@@ -90,6 +90,7 @@ class Drafter:
         self.prompt_ids = list(prompt_ids)
         self.tokens: list[int] = []  # what the cache holds, in order
         self.passes = 0
+        self.prefill_s = 0.0  # the prompt's prefill call: a cost per prompt, not per drafted token
 
     def read(self, token_ids: list[int], logits: bool = False) -> torch.Tensor | None:
         """One forward call over `token_ids`; the logits after the last of them if asked for."""
@@ -112,7 +113,9 @@ class Drafter:
         """The logits for the token after `sequence` (the prompt and the answer so far)."""
         self.keep_prefix(sequence[:-1])
         if not self.tokens and len(self.prompt_ids) > 1:
+            started = time.perf_counter()
             self.read(self.prompt_ids[:-1])
+            self.prefill_s += time.perf_counter() - started
         for token in sequence[len(self.tokens):-1]:
             self.read([token])
         return self.read([sequence[-1]], logits=True)
@@ -274,7 +277,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
 
         # inference_mode is not held across a yield: the caller's code runs there.
         with torch.inference_mode():
-            t0, passes_before = time.perf_counter(), drafter.passes
+            t0, passes_before, prefill_before = time.perf_counter(), drafter.passes, drafter.prefill_s
             proposal = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
             draft_s = time.perf_counter() - t0
         if proposal.ids:  # the proposal, shown before the verdict
@@ -304,6 +307,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
             draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
             accepted=accepted, target_id=target_token if len(committed) > accepted else None,
             draft_passes=drafter.passes - passes_before, draft_s=draft_s, verify_s=t2 - t1, threshold=threshold,
+            draft_prefill_s=drafter.prefill_s - prefill_before,
         ))
         done = hit_eos or len(answer) >= max_new_tokens
         if done:
@@ -339,6 +343,8 @@ def decode_target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: i
         with torch.inference_mode():
             token = sampler.pick(sampler.distribution(verifier.forward(feed)[-1]))
         baseline.token_ids.append(token)
+        if len(baseline.token_ids) == 1:
+            baseline.prefill_s = time.perf_counter() - started
         feed = [token]
         hit_eos = token in pair.eos_token_ids
         if hit_eos or len(baseline.token_ids) >= max_new_tokens:

@@ -34,7 +34,8 @@ class Round:
     # prefill in the first round that drafts); see engine.Drafter. Not given: one per drafted token.
     draft_passes: int | None = None
     draft_s: float = 0.0
-    verify_s: float = 0.0
+    verify_s: float = 0.0  # in the first round this includes the target's prefill of the prompt
+    draft_prefill_s: float = 0.0  # of draft_s: the draft's prefill of the prompt (first drafting round)
     threshold: float | None = None  # confidence threshold in force, for threshold policies
     oracle_ideal: int | None = None  # the oracle's ideal lookahead at `position` (greedy runs)
     draft_texts: list[str] = field(default_factory=list)  # display text of each draft token
@@ -133,6 +134,10 @@ class Trace:
         return sum(r.verify_s for r in self.rounds)
 
     @property
+    def draft_prefill_s(self) -> float:
+        return sum(r.draft_prefill_s for r in self.rounds)
+
+    @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
@@ -170,6 +175,7 @@ class Baseline:
     temperature: float = 0.0
     seed: int | None = None
     text: str = ""
+    prefill_s: float = 0.0  # the first pass: the prompt's prefill and the first token
 
     @property
     def target_passes(self) -> int:
@@ -262,6 +268,7 @@ class Comparison:
                 "text": self.baseline.text,
                 "target_passes": self.baseline.target_passes,
                 "wall_s": self.baseline.wall_s,
+                "prefill_s": self.baseline.prefill_s,
                 "stop_reason": self.baseline.stop_reason,
             },
             "modes": [self._mode_dict(t) for t in self.traces],
@@ -283,6 +290,7 @@ class Comparison:
             "wall_s": t.wall_s,
             "draft_s": t.draft_s,
             "verify_s": t.verify_s,
+            "draft_prefill_s": t.draft_prefill_s,
             "speedup": self.speedup(t),
             "lossless": t.lossless,
             "first_difference": t.first_difference,
@@ -313,7 +321,8 @@ class Comparison:
         b = data["baseline"]
         baseline = None if b is None else Baseline(
             token_ids=list(b["token_ids"]), wall_s=float(b["wall_s"]), stop_reason=b.get("stop_reason", ""),
-            text=b.get("text", ""), temperature=float(data.get("temperature") or 0.0), seed=data.get("seed"))
+            text=b.get("text", ""), temperature=float(data.get("temperature") or 0.0), seed=data.get("seed"),
+            prefill_s=float(b.get("prefill_s") or 0.0))
         traces = []
         for m in data["modes"]:
             traces.append(Trace(

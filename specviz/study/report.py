@@ -89,6 +89,10 @@ class ModeResult:
     verify_s: float
     lossless: bool | None
     rounds: list[RoundRecord] = field(default_factory=list)
+    # The prompt's prefill, measured apart (older records: None): the draft's own call, and the
+    # target's first verification pass, which reads the prompt with the first proposal.
+    draft_prefill_s: float | None = None
+    first_verify_s: float | None = None
 
     @property
     def drafted(self) -> int:
@@ -113,6 +117,7 @@ class PromptResult:
     torch_threads: int
     finished: str  # ISO date
     modes: list[ModeResult]
+    target_only_prefill_s: float | None = None  # its first pass: the prompt and one token (older records: None)
 
     @property
     def key(self) -> tuple[str, str, str, int]:

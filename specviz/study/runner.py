@@ -47,12 +47,14 @@ def result_from_comparison(preset: str, suite: str, prompt_id: str, index: int, 
     modes = [ModeResult(t.label, t.policy, t.new_tokens, t.target_passes, t.draft_passes, t.accepted,
                         round(t.wall_s, 6), round(t.draft_s, 6), round(t.verify_s, 6), t.lossless,
                         [RoundRecord(r.lookahead, r.accepted, [round(p, 5) for p in r.draft_probs], r.oracle_ideal)
-                         for r in t.rounds])
+                         for r in t.rounds],
+                        draft_prefill_s=round(t.draft_prefill_s, 6),
+                        first_verify_s=round(t.rounds[0].verify_s, 6) if t.rounds else None)
              for t in comparison.traces]
     return PromptResult(preset, suite, prompt_id, index, comparison.max_new_tokens, comparison.prompt_tokens,
                         len(comparison.baseline.token_ids), round(comparison.baseline.wall_s, 6), round(seconds, 3),
                         comparison.partial, torch_threads, datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                        modes)
+                        modes, target_only_prefill_s=round(comparison.baseline.prefill_s, 6))
 
 
 class ResultStore:
