@@ -6,6 +6,11 @@ specviz.ui.events, and the model work in specviz.core.
     python app.py [--host HOST] [--port PORT] [--share]
 """
 
+try:  # On a ZeroGPU Space `spaces` must be imported before torch (specviz/core/gpu.py); elsewhere a no-op.
+    import spaces  # noqa: F401
+except ImportError:
+    pass
+
 from specviz.ui.page import build_demo, launch
 
 demo = build_demo()

@@ -75,3 +75,16 @@ def test_every_step_runs_under_the_lock():
 
     assert [x for x in with_heartbeat(steps(), every_s=0.05, lock=lock) if x is not None] == [True] * 3
     assert not lock.locked()
+
+
+def test_the_steps_see_the_callers_context_variables():
+    """As a direct call would: on ZeroGPU, spaces.GPU finds the visitor's request in them."""
+    import contextvars
+
+    visitor = contextvars.ContextVar("visitor", default=None)
+
+    def steps():
+        yield visitor.get()
+
+    visitor.set("session-1")
+    assert [item for item in with_heartbeat(steps(), 0.05) if item is not None] == ["session-1"]

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SpecVizError
-from . import wheel_parts
+from . import gpu, wheel_parts
 from .wheel_parts import SETUP_COMMAND, JoinedFile
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Preset:
     offline: bool = False  # works without the hub (bundled, or once `setup` has run)
     setup: str | None = None  # for an offline pair that is not bundled: the command that installs its files
     ram_gb: float | None = None  # about how much RAM the loaded pair takes; None: unknown, counted as large
-    # The dtype of a draft loaded from its own weights, on the CPU (on a GPU, hub pairs load in bf16).
+    # The dtype of a draft loaded from its own weights, on the CPU (on a GPU both models load in bf16: gpu.py).
     # The target stays fp32 there: its numerics decide the lossless check.
     draft_dtype: str = "float32"
     # Seconds per new token of one decoding run (a policy, or target-only) on a 2-core CPU, as
@@ -102,7 +102,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("qwen2.5-1.5b", "Qwen2.5-1.5B-Instruct, draft Qwen2.5-0.5B-Instruct (hub)",
            "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", ram_gb=8.5),
     Preset("llama-3.1-8b", "Llama-3.1-8B-Instruct, draft Llama-3.2-1B-Instruct (hub, the study's pair; "
-           "needs a GPU)", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct", ram_gb=40.0),
+           "needs a GPU: a ZeroGPU Space, see README)", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct", ram_gb=40.0),
 ]}
 BUILTIN_DEFAULT_PRESET = "smollm2-135m-int8"
 DEFAULT_PRESET_ENV = "SPECVIZ_DEFAULT_PRESET"
@@ -308,10 +308,9 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
 
 def _load_from_hub(model_id: str, preset: str, device: torch.device,
                    dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, object]:
-    """`from_pretrained` from the hub (or its local cache): in bf16 on a GPU, else in `dtype`."""
+    """`from_pretrained` from the hub (or its local cache), in `dtype`, onto `device`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    dtype = torch.bfloat16 if device.type == "cuda" else dtype
     # Offline, a model already in the local hub cache still loads.
     local_only = not hub_reachable()
     try:
@@ -489,10 +488,6 @@ def _eos_ids(model: torch.nn.Module, tokenizer: object) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def build_pair(preset: str, target: torch.nn.Module, draft: torch.nn.Module, tokenizer: object,
                device: torch.device | None = None) -> ModelPair:
     """Wrap two loaded models (any causal LMs sharing `tokenizer`) as a pair ready for the engine."""
@@ -550,15 +545,17 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         draft = int8_draft(target) if preset.draft == "int8" else bf16_draft(target)
         pair = build_pair(name, target, draft, tokenizer, torch.device("cpu"))
     else:
-        device = _default_device()
+        device = gpu.device()
         say(f"Loading target {preset.target}")
-        target, tokenizer = _load_model(preset, name, preset.target, device, torch.float32, say)
+        target, tokenizer = _load_model(preset, name, preset.target, device, gpu.model_dtype(device), say)
         say(f"Loading draft {preset.draft}")
-        draft, draft_tokenizer = _load_model(preset, name, preset.draft, device, _dtype(preset.draft_dtype), say)
+        draft, draft_tokenizer = _load_model(preset, name, preset.draft, device,
+                                             gpu.model_dtype(device, _dtype(preset.draft_dtype)), say)
         check_same_vocabulary(tokenizer, draft_tokenizer)
         pair = build_pair(name, target, draft, tokenizer, device)
-    say("Warming up both models")
-    warm_up(pair)
+    if pair.device.type == "cpu":
+        say("Warming up both models")
+        warm_up(pair)
     pair.load_s = time.perf_counter() - started
     return pair
 
@@ -567,7 +564,9 @@ def warm_up(pair: ModelPair) -> None:
     """One forward call of each model. A model read from safetensors is mapped from disk, and its
     first forward call reads every weight in: 6.7 GB for the real pair's target, which made the
     first policy of the first comparison after a load twice as slow as the same policy later
-    (measured: static k=5 at 0.50x of target-only, then 1.06x on the next prompt)."""
+    (measured: static k=5 at 0.50x of target-only, then 1.06x on the next prompt). Only on a CPU:
+    a GPU pair's weights were copied into its memory while loading, and on ZeroGPU a forward
+    call outside `gpu.gpu_work` would have no GPU to run on."""
     ids = torch.tensor([[0]], device=pair.device)
     with torch.inference_mode():
         pair.target(input_ids=ids)
@@ -649,6 +648,14 @@ def get_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None 
                 raise
             _load_states[name] = LoadState("ready", "", started, time.monotonic())
         return _pairs[name]
+
+
+def release_pair(name: str) -> None:
+    """Let the process's pair for a preset go (the study's next pair needs the memory)."""
+    with _pairs_lock:
+        if _pairs.pop(name, None) is not None:
+            _load_states.pop(name, None)
+            gc.collect()
 
 
 def wait_for_pair(name: str, poll_s: float = 0.5) -> Iterator[LoadState | ModelPair]:

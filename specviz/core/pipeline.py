@@ -1,7 +1,9 @@
 """One prompt through the baseline, the oracle and every policy: the data flow of DESIGN.md.
 
-The app and the CLI call `run_comparison` (streaming: it reports after every draft step and every
-round of every run) and only turn its results into screens and files.
+`run_comparison` streams one comparison: it reports after every draft step and every round of
+every run. The app, the API and the study reach it through `run_preset`, the one door to model
+work that a ZeroGPU Space lends a GPU to (see gpu.py); they only turn its results into screens
+and files.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ..errors import SpecVizError
+from . import gpu
 from .engine import decode_target_only, speculate
-from .models import ModelPair, encode_prompt
+from .models import ModelPair, encode_prompt, get_pair
 from .oracle import oracle_search
 from .policies import ModeSpec, Oracle, Policy, make_policy, parse_modes
 from .trace import Baseline, Comparison, Round, Trace, first_difference
@@ -48,6 +51,16 @@ class Limits:
                    max_prompt_tokens=int(read("SPECVIZ_MAX_PROMPT_TOKENS", cls.max_prompt_tokens, int)),
                    time_budget_s=float(read("SPECVIZ_TIME_BUDGET_S", cls.time_budget_s, float)),
                    queue_size=int(read("SPECVIZ_QUEUE_SIZE", cls.queue_size, int)))
+
+    def allowing(self, expected_s: float | None) -> Limits:
+        """These limits with a time budget a request expected to take `expected_s` can finish in on
+        a busy machine: 1.5 times that, if more than the configured budget, but never more than
+        four times it. The real pair takes about 4 min for 128 tokens on 2 cores, more than the
+        default 300 s once a second run competes for the cores."""
+        if expected_s is None or not expected_s > 0:
+            return self
+        budget = min(max(self.time_budget_s, 1.5 * expected_s), 4 * self.time_budget_s)
+        return replace(self, time_budget_s=budget)
 
 
 @dataclass(frozen=True)
@@ -156,6 +169,13 @@ class Update:
     running: Trace | None
     message: str
 
+    def fraction_done(self, request: Request) -> float:
+        """How far the comparison is, 0 to 1: its finished runs (the policies and target-only),
+        and the running one's tokens."""
+        finished = len(self.comparison.traces) + (self.comparison.baseline is not None)
+        running = len(self.running.token_ids) / request.max_new_tokens if self.running is not None else 0.0
+        return min(1.0, (finished + running) / (len(request.modes) + 1))
+
 
 def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = None,
                    progress: Callable[[str], None] | None = None) -> Iterator[Update]:
@@ -253,6 +273,28 @@ def compare(pair: ModelPair, request: Request, limits: Limits | None = None,
     """`run_comparison` run to the end."""
     update = None
     for update in run_comparison(pair, request, limits, progress):
+        pass
+    assert update is not None
+    return update.comparison
+
+
+def _gpu_seconds(preset: str, request: Request, limits: Limits | None = None) -> int:
+    return gpu.comparison_gpu_s(request.max_new_tokens, len(request.modes) + 1)  # + target-only
+
+
+@gpu.gpu_work(duration=_gpu_seconds)
+def run_preset(preset: str, request: Request, limits: Limits | None = None) -> Iterator[Update]:
+    """`run_comparison` on this process's pair for `preset` (`models.get_pair`), as GPU work: on a
+    ZeroGPU Space inside `spaces.GPU`, which runs it in another process. Hence a preset's name and
+    not a pair, and a prompt checked first with `prompt_ids_for`: an error raised over there
+    reaches the caller without its type."""
+    yield from run_comparison(get_pair(preset), request, limits)
+
+
+def compare_preset(preset: str, request: Request, limits: Limits | None = None) -> Comparison:
+    """`run_preset` run to the end."""
+    update = None
+    for update in run_preset(preset, request, limits):
         pass
     assert update is not None
     return update.comparison

@@ -12,7 +12,6 @@ with `--report-only` without loading any model.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -242,8 +241,8 @@ def _run(todo: list[tuple[str, Any, int]], max_new_tokens: int, threads: int | N
     """Compute the prompts not done yet, one at a time, saving each as it finishes."""
     import torch
 
-    from ..core.models import load_pair
-    from ..core.pipeline import compare, make_request
+    from ..core.models import get_pair, release_pair
+    from ..core.pipeline import compare_preset, make_request
     from ..core.policies import parse_modes
     from .bench import _bench_limits, set_threads
 
@@ -255,11 +254,12 @@ def _run(todo: list[tuple[str, Any, int]], max_new_tokens: int, threads: int | N
     limits = _bench_limits()
     spent: list[float] = []
     for preset in dict.fromkeys(job[0] for job in todo):
-        # Load each pair afresh and let it go before the next: two pairs at once would double the memory.
-        pair = load_pair(preset, progress=say)
+        # One pair at a time, let go before the next: two pairs at once would double the memory.
+        get_pair(preset, progress=say)
         for preset_, item, index in [job for job in todo if job[0] == preset]:
             t0 = time.perf_counter()
-            comparison = compare(pair, make_request(item.prompt, modes, max_new_tokens, limits=limits), limits)
+            # Through the door of model work (a GPU slot on a ZeroGPU Space), by the preset's name.
+            comparison = compare_preset(preset, make_request(item.prompt, modes, max_new_tokens, limits=limits), limits)
             seconds = time.perf_counter() - t0
             store.append(result_from_comparison(preset_, item.suite, item.id, index, comparison, seconds,
                                                 torch.get_num_threads()))
@@ -271,8 +271,7 @@ def _run(todo: list[tuple[str, Any, int]], max_new_tokens: int, threads: int | N
             flag = " (partial: time budget ran out; redone next run)" if comparison.partial else ""
             say(f"[{len(spent)}/{len(todo)}] {preset} {item.suite} {item.id}: {seconds:.1f} s{flag}; "
                 f"mean {statistics.fmean(spent):.1f} s/prompt, about {duration(statistics.fmean(spent) * left)} left")
-        del pair
-        gc.collect()
+        release_pair(preset)
 
 
 def register_commands(commands: argparse._SubParsersAction) -> None:

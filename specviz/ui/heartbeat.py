@@ -12,6 +12,7 @@ two must take turns exactly as they would in one thread.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -55,7 +56,9 @@ def with_heartbeat(steps: Iterator[T], every_s: float,
             if close is not None:
                 close()
 
-    worker = threading.Thread(target=work, name="specviz-steps", daemon=True)
+    # The worker runs in a copy of the caller's context variables, as a direct call would: Gradio's
+    # request is there, and on ZeroGPU `spaces.GPU` finds the visitor (and their quota) by it.
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), name="specviz-steps", daemon=True)
     worker.start()
     try:
         while True:
