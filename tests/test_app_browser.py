@@ -234,8 +234,17 @@ def test_stop_mid_run_keeps_the_page_and_the_model_working(live_app, browser):
     assert any(re.search(r"… \d+\.\d s$", t) for t in ticks), ticks  # the running status counts seconds
 
     set_box(page.locator("#max-new-tokens input[type=number]"), "16", key="Enter")
+    page.evaluate("""() => {
+      const states = window.__statesAfterStop = [];
+      new MutationObserver(() => {
+        const el = document.querySelector('#status .specviz-status');
+        if (el) states.push(el.dataset.state);
+      }).observe(document.querySelector('#status'), {subtree: true, childList: true, attributes: true});
+    }""")
     page.click("#run")
     page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)
+    # Stop handed the stopped run's turn back: the next run never waited for it
+    assert "waiting" not in page.evaluate("() => window.__statesAfterStop")
     page.wait_for_function("() => document.querySelectorAll('#columns .specviz-metrics').length >= 4",
                            timeout=30_000)
     page.close()

@@ -190,9 +190,11 @@ def test_eos_as_the_first_token_gives_empty_answers_with_correct_counts(bundled_
         assert trace.token_ids == [first], trace.label
         assert trace.stop_reason == "eos" and trace.target_passes == 1 and trace.lossless is True, trace.label
 
+    from specviz.core import pipeline
     from specviz.ui import events
 
     monkeypatch.setattr(events, "wait_for_pair", lambda name: iter([stopping]))
+    monkeypatch.setattr(pipeline, "get_pair", lambda name: stopping)  # what run_preset runs on
     status, columns = run_app(max_new_tokens=16)
     assert state_of(status) == "done", message_of(status)
     done = [c for c in columns if 'data-state="done"' in c]
@@ -236,6 +238,19 @@ def test_limits_are_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("SPECVIZ_TIME_BUDGET_S", "2.5")
     monkeypatch.setenv("SPECVIZ_QUEUE_SIZE", "3")
     assert Limits.from_env() == Limits(max_new_tokens=64, max_prompt_tokens=100, time_budget_s=2.5, queue_size=3)
+
+
+def test_a_slow_pairs_request_gets_a_time_budget_it_can_finish_in():
+    from specviz.core.pipeline import Limits
+    from specviz.ui.turns import expected_seconds
+
+    limits = Limits(time_budget_s=300)
+    assert limits.allowing(None) == limits and limits.allowing(0) == limits
+    assert limits.allowing(60).time_budget_s == 300  # a quick pair keeps the configured budget
+    real = expected_seconds("qwen2.5-coder-1.5b", 128, 5)  # about 4 min on 2 cores
+    assert limits.allowing(real).time_budget_s == pytest.approx(1.5 * real) and 1.5 * real > 300
+    assert limits.allowing(10_000).time_budget_s == 1200  # at most four times the budget
+    assert limits.allowing(real).max_new_tokens == limits.max_new_tokens
 
 
 @pytest.mark.parametrize("cap", ["1", "10", "16", "17"])

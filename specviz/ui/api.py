@@ -8,15 +8,19 @@ everything else the page does is kept out of the API. `compare` streams the same
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
 from ..core import pipeline
-from ..core.models import PRESETS, get_pair
+from ..core.models import PRESETS, get_preset, wait_for_pair
 from ..core.policies import DEFAULT_MODES
 from ..errors import SpecVizError
 from .files import example_comparison, load_examples
+from .turns import Turns, expected_seconds
+
+WAIT_POLL_S = 0.5
 
 
 def presets() -> list[dict[str, Any]]:
@@ -44,28 +48,42 @@ def example(name: str) -> dict[str, Any]:
 
 def compare(prompt: str, preset: str, max_new_tokens: int, modes: str = DEFAULT_MODES,
             temperature: float = 0.0, seed: int | None = None,
-            lock: threading.Lock | None = None) -> Iterator[dict[str, Any]]:
+            lock: threading.Lock | None = None, turns: Turns | None = None) -> Iterator[dict[str, Any]]:
     """Run one comparison, yielding the comparison so far each time a policy (or target-only
     decoding) finishes, and the whole comparison last. The input is checked before any model
-    work (SpecVizError says what is wrong); `lock` serializes model work with the page's runs.
-    A caller that stops asking stops the run after its current round."""
+    work (SpecVizError says what is wrong); the run waits for its turn in `turns` (shared with
+    the page's runs), and `lock` serializes each model step with the page's. A caller that
+    stops asking stops the run after its current round."""
     limits = pipeline.Limits.from_env()
     request = pipeline.make_request(prompt, modes, max_new_tokens, temperature=temperature,
                                     seed=seed if temperature > 0 else None, limits=limits)
-    pair = get_pair(preset)  # an unknown preset, or one that cannot load, is a SpecVizError too
-    steps = pipeline.run_comparison(pair, request, limits)
-    finished, update = 0, None
-    while True:
-        # The lock is held for one step at a time, never across a yield: a client that goes away
-        # leaves this generator suspended, and must not keep the models locked.
-        with lock or nullcontext():
-            step = next(steps, None)
-        if step is None:
-            break
-        update = step
-        done = len(update.comparison.traces) + (update.comparison.baseline is not None)
-        if done != finished and update.message != "Done":
-            finished = done
+    get_preset(preset)  # an unknown preset is a SpecVizError before any wait
+    expected_s = expected_seconds(preset, request.max_new_tokens, len(request.modes) + 1)
+    limits = limits.allowing(expected_s)
+    turns = turns or Turns()
+    ticket = turns.join(expected_s)
+    try:
+        while not turns.try_start(ticket):
+            time.sleep(WAIT_POLL_S)
+        # Loaded in its turn, so that a large pair never evicts the one a running comparison uses.
+        for loaded in wait_for_pair(preset):  # one that cannot load is a SpecVizError too
+            turns.alive(ticket)
+        pipeline.prompt_ids_for(loaded, request, limits)  # a prompt too long for the pair
+        steps = pipeline.run_preset(preset, request, limits)
+        finished, update = 0, None
+        while True:
+            # The lock is held for one step at a time, never across a yield: a client that goes away
+            # leaves this generator suspended, and must not keep the models locked.
+            with lock or nullcontext():
+                step = next(steps, None)
+            if step is None or not turns.alive(ticket, step.fraction_done(request)):
+                break
+            update = step
+            done = len(update.comparison.traces) + (update.comparison.baseline is not None)
+            if done != finished and update.message != "Done":
+                finished = done
+                yield update.comparison.to_dict()
+        if update is not None:
             yield update.comparison.to_dict()
-    if update is not None:
-        yield update.comparison.to_dict()
+    finally:
+        turns.leave(ticket)

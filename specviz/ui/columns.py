@@ -10,9 +10,9 @@ import html
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..core.models import PRESETS
 from ..core.trace import Comparison, Trace, drafting_view
 from .render import metrics_html, render_trace
+from .turns import expected_seconds
 
 if TYPE_CHECKING:
     from ..core.models import LoadState
@@ -182,10 +182,9 @@ def expected_duration(preset: str, max_new_tokens: int, runs: int) -> str:
     """" (about N in all)" for a comparison of `runs` decoding runs (the policies and target-only) on
     a preset whose cost per token was measured; "" otherwise. An estimate: answers that end early
     take less."""
-    per_token = PRESETS[preset].run_s_per_token if preset in PRESETS else None
-    if not per_token:
+    seconds = expected_seconds(preset, max_new_tokens, runs)
+    if seconds is None:
         return ""
-    seconds = per_token * max_new_tokens * runs
     return f" (about {seconds:.0f} s in all)" if seconds < 120 else f" (about {seconds / 60:.0f} min in all)"
 
 

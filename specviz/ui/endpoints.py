@@ -15,7 +15,7 @@ from ..core.models import DEFAULT_PRESET
 from ..core.policies import DEFAULT_MODES
 from ..errors import SpecVizError
 from . import api
-from .events import MODEL_LOCK
+from .events import MODEL_LOCK, TURNS
 
 logger = logging.getLogger("specviz.app")
 
@@ -40,47 +40,63 @@ def _api_call(work, *args):
         return work(*args)
 
 
-def compare_api(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128,
-                modes: str = DEFAULT_MODES, temperature: float = 0.0, seed: int = 0) -> Iterator[dict]:
-    """Run a prompt through each lookahead policy (modes, e.g. "static:5,heuristic:5,dynamic:0.4,oracle";
-    also adaptive:T0 and entropy:H) and target-only decoding on the model pair `preset` (see /presets),
-    greedy at temperature 0 or sampled with `seed`, for at most max_new_tokens new tokens. Returns the
-    comparison as JSON, the same as `python -m specviz compare --json`: per policy its tokens, every
-    round (draft tokens, probabilities, accepted count), target and draft passes, times and the lossless
-    check. Streams: the comparison so far after each policy; the last value is the whole comparison.
+def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128,
+            modes: str = DEFAULT_MODES, temperature: float = 0.0, seed: int = 0) -> Iterator[dict]:
+    """Run a prompt through speculative decoding under each lookahead policy, and through the target
+    model alone, on one draft/target model pair; count every forward pass and check the output.
+    The result is the comparison as JSON, the same as `python -m specviz compare --json`.
+
+    Use it to ask how much work a lookahead policy saves: e.g. how many target passes dynamic 0.4
+    needs against static k=5, or whether every greedy policy reproduced the target's own answer.
+    It runs both models (seconds to minutes: about 30 s for 128 tokens on the bundled pair on 2
+    CPU cores); if another run has the models, it waits its turn. Streams the comparison so far
+    after each policy; the last value is the whole comparison.
 
     Args:
-        prompt: the question or task; the pair's chat template is applied
-        preset: the model pair, a name from the presets endpoint
-        max_new_tokens: at most this many new tokens (1 to the server's limit, 512 by default)
-        modes: the policies, as on the command line
-        temperature: 0 for greedy decoding (lossless, and the oracle runs); above 0 samples
-        seed: the sampling seed (used only when temperature is above 0)
+        prompt: the question or task, in plain text; the pair's chat template is applied
+        preset: the model pair, a name from the presets tool (default: the server's default pair)
+        max_new_tokens: at most this many new tokens, 1 to the server's limit (512 by default)
+        modes: comma-separated policies: static:K, heuristic:K, dynamic:THRESHOLD, oracle, adaptive:T0, entropy:H
+        temperature: 0 for greedy decoding (lossless check and oracle); above 0 (at most 2) samples
+        seed: the sampling seed, used only when temperature is above 0
+
+    Returns:
+        the comparison: preset, prompt, prompt_tokens, baseline (target-only: token_ids, text, target_passes, wall_s) and modes, one per policy, each with name, text, target_passes, draft_passes, drafted, accepted, acceptance_rate, wall_s, speedup over target-only, lossless (true when its tokens equal target-only greedy decoding), first_difference and rounds (per round: draft tokens and probabilities, accepted count, the oracle's ideal lookahead)
     """
     logger.info("run: preset=%s max_new_tokens=%s modes=%s temperature=%s prompt_chars=%d (API)", preset,
                 max_new_tokens, modes, temperature, len(prompt) if isinstance(prompt, str) else -1)
     with _api_errors():
         comparison = None
-        for comparison in api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK):
+        for comparison in api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK, TURNS):
             yield comparison
         logger.info("run finished: %d policies (API)", len(comparison["modes"]) if comparison else 0)
 
 
-def presets_api() -> list:
-    """The model pairs a comparison can run on: name, description, target and draft, and whether
-    the pair is bundled (offline)."""
+def presets() -> list:
+    """The draft/target model pairs a comparison can run on.
+
+    Returns:
+        a list, one entry per pair: name (what compare's preset takes), description, target and draft model, offline (runs without the Hugging Face Hub), kind ("bundled", "offline after set-up" or "hub") and setup (the command that installs its files, or null)
+    """
     return _api_call(api.presets)
 
 
-def examples_api() -> list:
-    """The example prompts the page offers: name and prompt."""
+def examples() -> list:
+    """The example prompts the page offers, each with a comparison computed ahead.
+
+    Returns:
+        a list, one entry per example: name (what the example tool takes) and prompt
+    """
     return _api_call(api.examples)
 
 
-def example_api(name: str) -> dict:
-    """An example's comparison, computed ahead (no model runs), in the same JSON as `compare`.
+def example(name: str) -> dict:
+    """An example's comparison, computed ahead on the server's machine: no model runs, so it answers at once.
 
     Args:
-        name: the example's name, one of those from the `examples` endpoint
+        name: the example's name, one of those the examples tool lists
+
+    Returns:
+        the comparison as JSON, in the same form as the compare tool's result
     """
     return _api_call(api.example, name)

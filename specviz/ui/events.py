@@ -21,7 +21,7 @@ import gradio as gr
 import pandas as pd
 
 from ..core.models import DEFAULT_PRESET, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
-from ..core.pipeline import Limits, compare, make_request, run_comparison
+from ..core.pipeline import Limits, compare_preset, make_request, prompt_ids_for, run_preset
 from ..errors import SpecVizError
 from ..study.analysis import measured_draft_cost_ratio
 from ..study.sweep import sweep
@@ -47,12 +47,18 @@ from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_fi
 from .presentation import presentation_requested
 from .render import SUMMARY_HEADERS, render_trace, summary_rows
 from .replay import replay_html, replay_step
+from .turns import Turns, expected_seconds, waiting_message
 
 logger = logging.getLogger("specviz.app")
 
 # Model work is serialized: a run cancelled by Stop finishes its current step in a worker thread,
 # and the next run must not start computing on the shared pair until that step is over.
 MODEL_LOCK = threading.Lock()
+# Whole comparisons take turns, first come first served, so that a waiting visitor can be told
+# where it stands (turns.py); MODEL_LOCK still guards each step.
+TURNS = Turns()
+WAIT_POLL_S = 0.5
+NOT_STARTED = "not started yet: another run has the models"
 
 
 def _fit(fig):
@@ -111,9 +117,10 @@ def _with_live(comparison, live):
 
 
 def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
-        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0):
-    """Run the comparison, streaming every column round by round."""
-    comparison = None
+        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0, visitor: gr.Request = None):
+    """Run the comparison, streaming every column round by round; while another run has the
+    models, say where this one stands in the queue."""
+    comparison, ticket = None, None
     active = active_columns(bool(adaptive_on), bool(entropy_on))
     try:
         limits = Limits.from_env()
@@ -123,19 +130,29 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                                temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits)
         logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g prompt_chars=%d", preset,
                     request.max_new_tokens, modes, request.temperature, len(request.prompt))
+        runs = len(request.modes) + 1  # one run per policy and one of target-only decoding
+        expected_s = expected_seconds(preset, request.max_new_tokens, runs)
+        limits = limits.allowing(expected_s)
+        ticket = TURNS.join(expected_s, owner=_session(visitor))
+        while not TURNS.try_start(ticket):
+            yield _outputs(status_html(waiting_message(TURNS.standing(ticket)), "waiting"),
+                           _columns(None, active, running=False, note=NOT_STARTED))
+            time.sleep(WAIT_POLL_S)
         pair = None
         for state in wait_for_pair(preset):
+            TURNS.alive(ticket)
             if isinstance(state, ModelPair):
                 pair = state
             else:  # a Run pressed during a cold start waits for it, saying which step runs
                 yield (load_status_html(state, preset), *_columns(None, active), None, None, summary_table(None), None,
                        gr.skip())
         eos = sorted(pair.eos_token_ids)
+        prompt_ids_for(pair, request, limits)  # a prompt too long for the pair: said here, before any model work
         yield _outputs(status_html("Starting…", "running"), _columns(None, active), eos=eos)
 
         # The engine steps in a worker thread; while one long step runs (an oracle round drafting
         # 28 tokens, a long stretch of the oracle's search) the status still ticks.
-        steps = with_heartbeat(run_comparison(pair, request, limits), HEARTBEAT_S, MODEL_LOCK)
+        steps = with_heartbeat(run_preset(preset, request, limits), HEARTBEAT_S, MODEL_LOCK)
         run_started = time.monotonic()
         pacer = Pacer(COLUMN_EVERY_S)
         sent_charts, sent_page = run_started, run_started  # the first chart update comes with data
@@ -149,14 +166,17 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             on_page.update(enumerate(htmls))
             return out
 
-        # One run per policy and one of target-only decoding.
-        about = expected_duration(preset, request.max_new_tokens, len(request.modes) + 1)
+        about = expected_duration(preset, request.max_new_tokens, runs)
 
         def running(text: str) -> str:
             return status_html(f"{text}{about}… {time.monotonic() - run_started:.1f} s", "running")
 
         for update in steps:
             now = time.monotonic()
+            done = None if update is None else update.fraction_done(request)
+            if not TURNS.alive(ticket, done):
+                logger.warning("a run stranded for longer than %.0f s lost its turn; it stops", TURNS.stale_s)
+                return
             if update is None:  # a long engine step: the status says the run goes on
                 if now - sent_page >= STILL_RUNNING_S:
                     sent_page = now
@@ -199,10 +219,20 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
         yield _outputs(status_html("Something went wrong on the server; the error was logged. "
                                    "Try again, perhaps with fewer tokens.", "error"),
                        _columns(comparison, active, running=False, note="no result"))
+    finally:
+        if ticket is not None:
+            TURNS.leave(ticket)
 
 
-def stop(comparison):
-    """After Stop cancelled the run: keep finished columns, mark the others as stopped."""
+def _session(visitor: gr.Request | None) -> str | None:
+    return getattr(visitor, "session_hash", None) if visitor is not None else None
+
+
+def stop(comparison, visitor: gr.Request = None):
+    """After Stop cancelled the run: hand its turn with the models back, keep finished columns,
+    mark the others as stopped."""
+    if (session := _session(visitor)) is not None:
+        TURNS.cancel(session)
     active = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or (
         comparison is not None and any(t.policy == p for t in comparison.traces))]
     return (status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
@@ -409,7 +439,9 @@ def preload() -> None:
     # pay the one-time set-up of torch's kernels and of plotly's figure classes (together about
     # 2 s on 2 cores) before its first coloured token.
     started = time.monotonic()
+    if pair.device.type != "cpu":  # a GPU's kernels are ready at once; on ZeroGPU this would spend quota
+        return
     with MODEL_LOCK:
-        warm = compare(pair, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
+        warm = compare_preset(DEFAULT_PRESET, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
     _charts(warm)
     logger.info("Warm-up finished in %.1f s", time.monotonic() - started)

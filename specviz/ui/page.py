@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from types import SimpleNamespace
 
@@ -208,13 +209,16 @@ def _then_views(event, p: SimpleNamespace):
         exports, [p.last, p.eos_state], [p.downloads, p.export_note], **QUIET, concurrency_id="specviz-export")
 
 
-def _wire_comparisons(p: SimpleNamespace, examples: list[Example]) -> None:
+def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limits) -> None:
     """Run and Stop, an imported file and the example buttons: each puts a comparison on the page."""
     run_event = p.run_button.click(
         run,
         inputs=[p.prompt, p.preset, p.max_tokens, p.static_k, p.heuristic_k, p.threshold, p.dynamic_max,
                 p.temperature, p.seed, p.adaptive_on, p.adaptive_t0, p.entropy_on, p.entropy_h],
-        outputs=p.view_all, show_progress="full", show_progress_on=[p.status], concurrency_id="specviz-model",
+        outputs=p.view_all, show_progress="full", show_progress_on=[p.status],
+        # Runs start at once and wait for the models in events.TURNS, which can tell a waiting
+        # visitor where it stands; Gradio's queue only holds what exceeds that many.
+        concurrency_id="specviz-runs", concurrency_limit=limits.queue_size + 1,
         api_visibility="private",  # scripts call the `compare` endpoint: data in, JSON out
         # After Stop the frontend may still count the cancelled run as pending; "once" would then
         # swallow the next click on Run. Runs are serialized by the queue either way.
@@ -248,10 +252,10 @@ def _wire_views(p: SimpleNamespace) -> None:
 def _public_api() -> None:
     """The "Use via API" page of a Space: data in, data out. Model work shares the page's queue
     slot and lock, so a script and a visitor never compute on the pair at once."""
-    gr.api(endpoints.compare_api, api_name="compare", concurrency_id="specviz-model")
-    gr.api(endpoints.presets_api, api_name="presets", queue=False)
-    gr.api(endpoints.examples_api, api_name="examples", queue=False)
-    gr.api(endpoints.example_api, api_name="example", concurrency_id="specviz-views", concurrency_limit=None)
+    gr.api(endpoints.compare, api_name="compare", concurrency_id="specviz-model")
+    gr.api(endpoints.presets, api_name="presets", queue=False)
+    gr.api(endpoints.examples, api_name="examples", queue=False)
+    gr.api(endpoints.example, api_name="example", concurrency_id="specviz-views", concurrency_limit=None)
 
 
 def build_demo() -> gr.Blocks:
@@ -276,18 +280,27 @@ def build_demo() -> gr.Blocks:
                           p.positions_plot, p.work_plot, p.threshold_plot, p.replay_policy, p.replay_round,
                           p.replay_panel, *p.extra_boxes]
         _wire_page(demo, p)
-        _wire_comparisons(p, examples)
+        _wire_comparisons(p, examples, limits)
         _wire_views(p)
         _public_api()
     demo.queue(default_concurrency_limit=1, max_size=limits.queue_size)
     return demo
 
 
+MCP_ENV = "SPECVIZ_MCP"
+
+
+def mcp_enabled(environ: dict[str, str] | None = None) -> bool:
+    """The public API is also an MCP server (at /gradio_api/mcp/) unless SPECVIZ_MCP=0."""
+    return (os.environ if environ is None else environ).get(MCP_ENV, "1").strip() != "0"
+
+
 def launch(demo: gr.Blocks, argv: list[str] | None = None) -> None:
-    """Start the server (and, unless SPECVIZ_PRELOAD=0, load the default pair in the background)."""
+    """Start the server (and, unless SPECVIZ_PRELOAD=0, load the default pair in the background);
+    the public API is also served as MCP tools unless SPECVIZ_MCP=0."""
     options = server_options(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if preloading():
         threading.Thread(target=preload, name="specviz-preload", daemon=True).start()
     demo.launch(server_name=options.host, server_port=options.port, share=options.share,
-                theme=THEME, css=CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES)
+                theme=THEME, css=CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES, mcp_server=mcp_enabled())

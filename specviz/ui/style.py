@@ -15,6 +15,7 @@ APP_CSS = """
 .specviz-status { font-size: 16px; padding: 6px 10px; border-radius: 6px; min-height: 1.6em; }
 .specviz-status[data-state="error"] { background: #fde2c4; color: #4a2200; border: 2px solid #b34700; }
 .specviz-status[data-state="warning"] { background: #fff2a8; color: #3a3000; }
+.specviz-status[data-state="waiting"] { background: rgba(230, 159, 0, 0.18); font-weight: bold; }
 .specviz-status[data-state="done"] { background: rgba(0, 114, 178, 0.10); }
 .specviz-col-title { font-size: 19px; font-weight: bold; margin-bottom: 2px; }
 .specviz-col-detail { font-weight: normal; font-size: 15px; opacity: 0.8; }

@@ -1,0 +1,149 @@
+"""Whose turn it is with the models, and what a waiting visitor is told.
+
+Gradio's queue would hold a second visitor's run without a word the page could put in its
+status line (a corner said `queue: 1/1 | 16.7s`, the columns "waiting…"). So the page's runs
+start at once and wait here, in order of arrival, for their turn with the models; the API's
+compares take their turns here too. While it waits, a run can say where it stands: its place,
+and how long until it starts, estimated from the running comparison's own progress.
+
+A run whose visitor pressed Stop is a generator nobody resumes: Stop hands its ticket back
+(`cancel`, by the visitor's session). One whose visitor left holds its ticket until it has not
+been seen for `stale_s`, so a stranded run never blocks the queue for long.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..core.models import PRESETS
+
+STALE_S = 15.0  # a live run shows a sign of life several times a second
+EARLY_FRACTION = 0.05  # below this much progress, a run's own estimate is better than extrapolation
+
+
+@dataclass
+class Ticket:
+    number: int
+    expected_s: float | None  # this comparison's estimated duration (None: unknown)
+    seen: float  # the clock at its last sign of life
+    started: float | None = None  # when it got the models
+    done: float = 0.0  # the running comparison's progress, 0 to 1
+    owner: str | None = None  # the visitor's session, for Stop
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a waiting run stands: its place in line (1 = next) and the estimated wait."""
+
+    place: int
+    wait_s: float | None  # None when a run ahead has no estimate
+
+
+def expected_seconds(preset: str, max_new_tokens: int, runs: int) -> float | None:
+    """A comparison's duration from the preset's measured cost per token, for `runs` decoding runs
+    (the policies and target-only); None for a pair without a measurement."""
+    per_token = PRESETS[preset].run_s_per_token if preset in PRESETS else None
+    return per_token * max_new_tokens * runs if per_token else None
+
+
+class Turns:
+    """A first-come, first-served turn with the models, shared by every thread of the app."""
+
+    def __init__(self, stale_s: float = STALE_S, clock: Callable[[], float] = time.monotonic):
+        self.stale_s = stale_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._tickets: list[Ticket] = []  # the holder (if any) first, then the waiting in order
+
+    def join(self, expected_s: float | None, owner: str | None = None) -> Ticket:
+        with self._lock:
+            ticket = Ticket(next(self._numbers), expected_s, self.clock(), owner=owner)
+            self._tickets.append(ticket)
+            return ticket
+
+    def try_start(self, ticket: Ticket) -> bool:
+        """Take the models if it is this ticket's turn; a sign of life either way."""
+        with self._lock:
+            self._touch(ticket)
+            self._drop_stale()
+            if ticket not in self._tickets:
+                self._tickets.append(ticket)  # dropped while its visitor was away, and back: the end of the line
+            if self._tickets[0] is ticket:
+                if ticket.started is None:
+                    ticket.started = self.clock()
+                return True
+            return False
+
+    def alive(self, ticket: Ticket, done: float | None = None) -> bool:
+        """A sign of life from the holder, with its progress; False if it lost its turn meanwhile
+        (it was stranded for longer than `stale_s`): it must stop then."""
+        with self._lock:
+            self._touch(ticket)
+            if done is not None:
+                ticket.done = min(1.0, max(0.0, done))
+            return bool(self._tickets) and self._tickets[0] is ticket
+
+    def leave(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket in self._tickets:
+                self._tickets.remove(ticket)
+
+    def cancel(self, owner: str) -> None:
+        """Hand back every ticket of this visitor (its Stop): the next run need not wait for the
+        stopped one to go stale."""
+        with self._lock:
+            self._tickets = [t for t in self._tickets if t.owner != owner]
+
+    def standing(self, ticket: Ticket) -> Standing:
+        """Place in line and estimated wait: what is left of the running comparison, plus the
+        estimated durations of those waiting ahead."""
+        with self._lock:
+            self._drop_stale()
+            if ticket not in self._tickets:
+                return Standing(len(self._tickets) + 1, None)
+            ahead = self._tickets[: self._tickets.index(ticket)]
+            waits = [self._left_s(t) if t.started is not None else t.expected_s for t in ahead]
+            return Standing(len(ahead), None if any(w is None for w in waits) else sum(waits))
+
+    def waiting(self) -> int:
+        with self._lock:
+            self._drop_stale()
+            return sum(t.started is None for t in self._tickets)
+
+    def _left_s(self, holder: Ticket) -> float | None:
+        elapsed = self.clock() - (holder.started or self.clock())
+        if holder.done >= EARLY_FRACTION:
+            return elapsed * (1 - holder.done) / holder.done
+        return None if holder.expected_s is None else max(0.0, holder.expected_s - elapsed)
+
+    def _touch(self, ticket: Ticket) -> None:
+        ticket.seen = self.clock()
+
+    def _drop_stale(self) -> None:
+        now = self.clock()
+        self._tickets = [t for t in self._tickets if now - t.seen <= self.stale_s]
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def waiting_message(standing: Standing) -> str:
+    """The status line of a run waiting for its turn."""
+    others = standing.place - 1
+    ahead = "another comparison is running" + (
+        "" if others <= 0 else f" and {others} more {'is' if others == 1 else 'are'} waiting ahead of yours")
+    if standing.wait_s is None:
+        when = "it starts as soon as the models are free"
+    elif standing.wait_s < 90:
+        when = f"it starts in about {max(1, round(standing.wait_s))} s"
+    else:
+        when = f"it starts in about {round(standing.wait_s / 60)} min"
+    return (f"Waiting for the models: {ahead}. Your run is {ordinal(max(1, standing.place))} in the queue; "
+            f"{when}.")
