@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..core.trace import Comparison
+    from ..core.trace import Comparison, Trace
     from .report import PromptResult
 
 
@@ -63,6 +63,13 @@ def draft_prefill_calls(prompt_tokens: int, draft_passes: int) -> int:
     """The draft reads the prompt (but its last token) in one call before its first proposal, and
     only when the prompt has more than one token (engine.Drafter)."""
     return 1 if prompt_tokens > 1 and draft_passes > 0 else 0
+
+
+def _policy_run(trace: Trace, prompt_tokens: int, prefill_timed: bool) -> PolicyRun:
+    first_verify = trace.rounds[0].verify_s if trace.rounds else 0.0
+    return PolicyRun(trace.target_passes, trace.verify_s, first_verify if prefill_timed else None,
+                     trace.draft_passes, trace.draft_s, trace.draft_prefill_s if prefill_timed else None,
+                     draft_prefill_calls(prompt_tokens, trace.draft_passes))
 
 
 def _per(total: float, count: int) -> float:
@@ -109,13 +116,15 @@ class PassCosts:
         verified = [p for p in policies if p.target_passes > 0]
         target_prefill = _per(sum(t.prefill_s or 0.0 for t in decoded), len(decoded))
         first_verify = _per(sum(p.first_verify_s or 0.0 for p in verified), len(verified))
+        # Runs of one pass measure no later pass: those are then priced like the first.
         later_tokens, later_verifies = sum(t.new_tokens - 1 for t in decoded), sum(p.target_passes - 1 for p in verified)
+        target_token = (_per(sum(t.wall_s - (t.prefill_s or 0.0) for t in decoded), later_tokens)
+                        if later_tokens else target_prefill)
+        verify = (_per(sum(p.verify_s - (p.first_verify_s or 0.0) for p in verified), later_verifies)
+                  if later_verifies else first_verify)
         return cls(
-            # Runs of one pass measure no later pass: those are then priced like the first.
-            target_token_s=_per(sum(t.wall_s - (t.prefill_s or 0.0) for t in decoded), later_tokens)
-            if later_tokens else target_prefill,
-            verify_s=_per(sum(p.verify_s - (p.first_verify_s or 0.0) for p in verified), later_verifies)
-            if later_verifies else first_verify,
+            target_token_s=target_token,
+            verify_s=verify,
             draft_call_s=_per(sum(p.draft_s - (p.draft_prefill_s or 0.0) for p in policies),
                               sum(p.draft_passes - p.prefill_calls for p in policies)),
             target_prefill_s=target_prefill,
@@ -133,10 +142,7 @@ class PassCosts:
         b = comparison.baseline
         apart = b is not None and b.prefill_s > 0
         target_only = [] if b is None else [TargetOnlyRun(b.wall_s, len(b.token_ids), b.prefill_s if apart else None)]
-        policies = [PolicyRun(t.target_passes, t.verify_s, (t.rounds[0].verify_s if t.rounds else 0.0) if apart
-                              else None, t.draft_passes, t.draft_s, t.draft_prefill_s if apart else None,
-                              draft_prefill_calls(comparison.prompt_tokens, t.draft_passes))
-                    for t in comparison.traces]
+        policies = [_policy_run(t, comparison.prompt_tokens, apart) for t in comparison.traces]
         return cls.pooled(target_only, policies)
 
     @classmethod
