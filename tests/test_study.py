@@ -10,19 +10,19 @@ import pytest
 
 from specviz.cli import main
 from specviz.study import runner as study
+from specviz.study.costs import PassCosts
 from specviz.study.report import (
     ModeResult,
-    PassCosts,
     PromptResult,
     RoundRecord,
     judged_tokens,
     jump_stats,
     majority,
     modeled_time,
-    pass_costs,
     percentile,
     prompt_wins,
     report_markdown,
+    suite_figures,
 )
 from specviz.study.runner import ResultStore
 
@@ -66,22 +66,56 @@ def test_the_jump_rule(lookaheads, jumps):
     assert jump_stats(lookaheads).jumps_around is jumps
 
 
-def test_modeled_time_and_costs_come_from_the_runs():
+def test_older_records_are_priced_with_pooled_per_pass_costs():
     r = make_result("p", "s", "a", 0, static=[(5, 2)] * 4, t_draft=0.01, t_verify=0.1)
-    costs = pass_costs([r])
-    assert costs.draft_s == pytest.approx(0.01) and costs.verify_s == pytest.approx(0.1)
-    assert costs.target_single_s == pytest.approx(0.05)  # make_result: 0.05 s per target-only token
-    assert costs.draft_fraction == pytest.approx(0.2)
-    assert modeled_time(10, 30, costs) == pytest.approx(10 * 0.1 + 30 * 0.01)
-    assert PassCosts(None, None, None).draft_fraction is None
+    assert not r.prefill_timed_apart  # made as records were before the prefill was timed: None there
+    costs = PassCosts.from_records([r])
+    assert not costs.prefill_apart
+    assert costs.draft_call_s == pytest.approx(0.01) and costs.verify_s == pytest.approx(0.1)
+    assert costs.target_token_s == pytest.approx(0.05)  # make_result: 0.05 s per target-only token
+    assert costs.draft_to_token_pass == pytest.approx(0.2)
+    assert modeled_time(costs, r, r.mode("static")) == pytest.approx(4 * 0.1 + 20 * 0.01)
+    assert costs.target_only_modeled_time(40) == pytest.approx(40 * 0.05)
+    assert PassCosts.from_records([]).draft_to_token_pass is None
+
+
+def long_prefill_records(timed: bool) -> list[PromptResult]:
+    """A summarization-like suite: a short prompt and a long one whose passes that read it take 40x
+    longer. `timed=False`: the same runs recorded as before the prefill was timed apart."""
+    return [make_result("p", "summarization", pid, i, prefill=prefill, timed=timed, static=[(5, 2)] * 10,
+                        dynamic=[(3, 2)] * 12)
+            for i, (pid, prefill) in enumerate((("short", (0.2, 0.3, 0.1)), ("long", (8.0, 12.0, 4.0))))]
+
+
+def test_a_long_prefill_does_not_inflate_the_per_call_costs():
+    apart, pooled = PassCosts.from_records(long_prefill_records(True)), PassCosts.from_records(long_prefill_records(False))
+    assert apart.prefill_apart and not pooled.prefill_apart
+    # make_mode's per-pass costs, whatever the prompt's length
+    assert apart.draft_call_s == pytest.approx(0.01) and apart.verify_s == pytest.approx(0.06)
+    assert apart.target_token_s == pytest.approx(0.05)
+    # the prefill passes cost per prompt: the mean over the two prompts (and their two policies)
+    assert apart.draft_prefill_s == pytest.approx((0.1 + 4.0) / 2)
+    assert apart.first_verify_s == pytest.approx(0.06 + (0.3 + 12.0) / 2)
+    assert apart.target_prefill_s == pytest.approx(0.05 + (0.2 + 8.0) / 2)
+    # pooled, the long prompt's prefills are spread over every call and pass
+    assert pooled.draft_call_s > 5 * apart.draft_call_s and pooled.verify_s > 2 * apart.verify_s
+    # Over the suite, the modeled times give back the measured ones: target-only's, and every
+    # policy's passes taken together (the prefill's mean is a per-prompt cost, once per prompt)
+    records = long_prefill_records(True)
+    figures = suite_figures("p", "summarization", records)
+    assert figures.target_only_modeled_s == pytest.approx(sum(r.target_only_wall_s for r in records))
+    assert sum(t.modeled_s for t in figures.totals.values()) == pytest.approx(
+        sum(m.draft_s + m.verify_s for r in records for m in r.modes))
+    static = records[1].mode("static")  # 10 rounds, 50 draft calls and the prefill call
+    assert modeled_time(apart, records[1], static) == pytest.approx(
+        apart.first_verify_s + 9 * 0.06 + apart.draft_prefill_s + 50 * 0.01)
 
 
 def test_prompt_wins_counts_strict_wins_and_ties():
-    costs = PassCosts(0.05, 0.1, 0.01)
     rows = [make_result("p", "s", "a", 0, dynamic=[(3, 2)] * 5, heuristic=[(5, 2)] * 5),  # dynamic: fewer drafts
             make_result("p", "s", "b", 1, dynamic=[(5, 2)] * 5, heuristic=[(5, 2)] * 5),  # tie
             make_result("p", "s", "c", 2, dynamic=[(5, 2)] * 6, heuristic=[(5, 2)] * 5)]
-    wins = prompt_wins(rows, "dynamic", "heuristic", costs)
+    wins = prompt_wins(rows, "dynamic", "heuristic", PassCosts.from_records(rows))
     assert (wins.first, wins.second, wins.ties) == (1, 1, 1)
 
 
@@ -92,25 +126,39 @@ def test_majority_means_more_than_half():
 # ---- the verdicts, from hand-made records ---------------------------------------------------
 
 
-def make_mode(policy: str, label: str, rounds: list[tuple[int, int]], t_draft: float, t_verify: float) -> ModeResult:
+Prefill = tuple[float, float, float]  # what reading the prompt adds: target-only, first verification, draft call
+
+
+def make_mode(policy: str, label: str, rounds: list[tuple[int, int]], t_draft: float, t_verify: float,
+              prefill: Prefill | None = None, timed: bool = True) -> ModeResult:
+    """A policy's record: `t_draft` per drafted token, `t_verify` per round; with `prefill`, the
+    first verification and a draft call of its own read the 12-token prompt (timed apart if `timed`)."""
     records = [RoundRecord(k, a, [0.9] * a + [0.2] * (k - a)) for k, a in rounds]
     drafted = sum(k for k, _ in rounds)
-    return ModeResult(label, policy, 40, len(rounds), drafted, sum(a for _, a in rounds), drafted * t_draft
-                      + len(rounds) * t_verify, drafted * t_draft, len(rounds) * t_verify, True, records)
+    _, verify_extra, draft_call = prefill or (0.0, 0.0, 0.0)
+    draft_s, verify_s = drafted * t_draft + draft_call, len(rounds) * t_verify + verify_extra
+    mode = ModeResult(label, policy, 40, len(rounds), drafted + (prefill is not None), sum(a for _, a in rounds),
+                      draft_s + verify_s, draft_s, verify_s, True, records)
+    if prefill and timed:
+        mode.draft_prefill_s, mode.first_verify_s = draft_call, t_verify + verify_extra
+    return mode
 
 
 def make_result(preset: str, suite: str, prompt_id: str, index: int, t_draft: float = 0.01, t_verify: float = 0.06,
-                **policies: list[tuple[int, int]]) -> PromptResult:
+                prefill: Prefill | None = None, timed: bool = True, **policies: list[tuple[int, int]]) -> PromptResult:
+    """A prompt's record: target-only at 0.05 s a token (its first pass plus `prefill`'s first figure)."""
     labels = {"static": "static k=5", "heuristic": "heuristic k0=5", "dynamic": "dynamic t=0.4", "oracle": "oracle"}
-    modes = [make_mode(p, labels[p], rounds, t_draft, t_verify) for p, rounds in policies.items()]
-    return PromptResult(preset, suite, prompt_id, index, 40, 12, 40, 40 * 0.05, 9.0, False, 1,
-                        "2026-01-01T00:00:00+00:00", modes)
+    modes = [make_mode(p, labels[p], rounds, t_draft, t_verify, prefill, timed) for p, rounds in policies.items()]
+    target_extra = prefill[0] if prefill else 0.0
+    return PromptResult(preset, suite, prompt_id, index, 40, 12, 40, 40 * 0.05 + target_extra, 9.0, False, 1,
+                        "2026-01-01T00:00:00+00:00", modes,
+                        target_only_prefill_s=0.05 + target_extra if prefill and timed else None)
 
 
-def claims_hold(preset: str, suite: str, index: int) -> PromptResult:
+def claims_hold(preset: str, suite: str, index: int, prefill: Prefill | None = None) -> PromptResult:
     jumpy = [1, 6, 2, 7, 0, 5, 3, 6]  # 8 rounds, 30 tokens: fewer than static's 10 / 50
-    return make_result(preset, suite, f"{suite}-{index}", index, static=[(5, 2)] * 10, heuristic=[(5, 3)] * 12,
-                       dynamic=[(3, 2)] * 11, oracle=[(k, k) for k in jumpy])
+    return make_result(preset, suite, f"{suite}-{index}", index, prefill=prefill, static=[(5, 2)] * 10,
+                       heuristic=[(5, 3)] * 12, dynamic=[(3, 2)] * 11, oracle=[(k, k) for k in jumpy])
 
 
 def claims_fail(preset: str, suite: str, index: int) -> PromptResult:
@@ -149,6 +197,22 @@ def test_one_suite_of_three_is_not_a_majority():
     assert verdict_row(report, "The dynamic rule") == ["**not reproduced on this pair**"]
     assert "Dynamic wins in 1 of 3 suites" in report
     assert verdict_row(report, "A fixed lookahead wastes work") == ["**reproduced**"]  # decided on coding only
+
+
+def test_the_report_says_which_suites_timed_the_prefill_apart():
+    prefill = (0.2, 0.3, 0.1)
+    records = [claims_hold("new-pair", "coding", 0, prefill), claims_hold("new-pair", "questions", 0, prefill),
+               claims_hold("new-pair", "questions", 1),  # an older record: its suite is priced pooled
+               claims_hold("old-pair", "coding", 0)]
+    report = report_markdown(records, [], "results.jsonl")
+    assert "new-pair: coding; not questions; old-pair: none of its suites" in report
+    # the costs table: coding's prefill passes apart, at make_result's figures; the others pooled
+    assert ("| coding | yes (1 of 1 record) | 10.0 ms | 100.0 ms | 50.0 ms | 250.0 ms | 60.0 ms | 360.0 ms "
+            "| 0.20 | 1.20 |") in report
+    assert "| questions | no (1 of 2 records) |" in report and "| coding | no (0 of 1 record) |" in report
+    assert "The prefill was timed apart in coding; not in questions" in report
+    assert "python -m specviz study --preset old-pair --force" in report
+    assert verdict_row(report, "The dynamic rule") == ["**reproduced**", "**reproduced**"]  # per prompt, alike
 
 
 def test_without_the_coding_suite_the_headline_is_not_checked():

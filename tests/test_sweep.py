@@ -5,7 +5,8 @@ import pytest
 from specviz.core.engine import generate, target_only
 from specviz.core.oracle import draft_along, finish
 from specviz.core.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
-from specviz.core.trace import Comparison, DraftAlongReference
+from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
+from specviz.study.costs import PassCosts
 from specviz.study.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -73,3 +74,38 @@ def test_replay_on_a_scripted_table():
     assert replay_passes(Dynamic(0.5, 20), reference, along, max_new_tokens=6, prompt_tokens=5) == (2, 6)
     # static 3: all 3 accepted, bonus 13; the next round first catches up on the last draft token
     assert replay_passes(Static(3), reference, along, max_new_tokens=6, prompt_tokens=5) == (2, 1 + 3 + 2)
+
+
+def test_replayed_times_price_the_prompt_prefill_once():
+    # The scripted table above, and a run of static k=4 on it with the prompt's prefill timed: the
+    # draft's prefill call 1.0 s, then one-token calls of 0.02 s; the first verification 0.6 s, the
+    # next 0.1 s; target-only's first pass 0.8 s, then 0.15 s a token.
+    reference = [10, 11, 12, 13, 14, 15]
+    along = DraftAlongReference(tokens=[10, 11, 12, 99, 14, 15], probs=[0.9, 0.9, 0.9, 0.3, 0.9, 0.9],
+                                entropies=[0.1] * 6)
+    rounds = [Round(index=0, position=0, budget=4, draft_ids=[10, 11, 12, 99], draft_probs=[0.9] * 4, accepted=3,
+                    target_id=13, draft_passes=5, draft_s=1.0 + 4 * 0.02, verify_s=0.6, draft_prefill_s=1.0),
+              Round(index=1, position=4, budget=1, draft_ids=[14], draft_probs=[0.9], accepted=1, target_id=15,
+                    draft_passes=1, draft_s=0.02, verify_s=0.1)]
+    run = Trace(policy="static", label="static k=4", params={"num_assistant_tokens": 4}, token_ids=reference,
+                rounds=rounds, wall_s=1.9, stop_reason="max_new_tokens")
+    comparison = Comparison(preset="tiny", prompt="p", max_new_tokens=6, prompt_tokens=5, traces=[run],
+                            baseline=Baseline(token_ids=reference, wall_s=0.8 + 5 * 0.15, stop_reason="max_new_tokens",
+                                              prefill_s=0.8),
+                            draft_along_reference=along)
+    # the run's own passes at its own costs: its measured time back, and target-only's
+    own = replay(comparison, Static(4))
+    assert (own.target_passes, own.draft_passes) == (2, 6)
+    assert own.estimated_s == pytest.approx(run.draft_s + run.verify_s)
+    assert own.estimated_speedup == pytest.approx(1.55 / 1.8)
+    # a policy with more draft calls pays them at 0.02 s each, and the prefill once
+    two = replay(comparison, Static(2))
+    assert (two.target_passes, two.draft_passes) == (3, 7)
+    assert two.estimated_s == pytest.approx(0.6 + 2 * 0.1 + 1.0 + 6 * 0.02)
+    # with a cheaper draft set by hand, the prefill scales with its call
+    cheap = sweep(comparison, draft_ratio=0.1)
+    assert cheap.cost_modeled and cheap.costs.draft_call_s == pytest.approx(0.01)
+    assert cheap.costs.draft_prefill_s == pytest.approx(0.5)
+    assert cheap.measured_costs == PassCosts.from_comparison(comparison)
+    k4 = cheap.static[3]
+    assert k4.estimated_s == pytest.approx(0.6 + 0.1 + 0.5 + 5 * 0.01)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..core.trace import Comparison, Round, Trace
-from .sweep import PassCosts
+from .costs import PassCosts
 
 # The oracle drafts only tokens it knows the target keeps; its tokens would say nothing about
 # whether the draft's confidence predicts acceptance, so calibration leaves it out by default.
@@ -233,10 +233,9 @@ def work_split(trace: Trace) -> WorkSplit:
 
 
 def measured_draft_cost_ratio(comparison: Comparison) -> float | None:
-    """Seconds per draft pass over seconds per target pass, measured over all rounds of the run
-    (None when the run drafted nothing or timed no verification)."""
-    costs = PassCosts.measured(comparison)
-    return costs.draft_ratio if costs.target_s > 0 and costs.draft_s > 0 else None
+    """Seconds per draft call over seconds per verification pass, measured over the whole run, the
+    prompt's prefill apart where it was timed (None when the run drafted or verified nothing)."""
+    return PassCosts.from_comparison(comparison).draft_ratio
 
 
 # ---- lookahead against the oracle ----------------------------------------------------------

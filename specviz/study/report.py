@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Judged, auc, judged_among, split_at
+from .costs import PassCosts
 
 STUDY_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 THRESHOLD = 0.4  # dynamic's confidence threshold, where the calibration is split
@@ -42,20 +43,28 @@ RULES = f"""\
   on average from one round to the next within a prompt. Over a preset: reproduced in more
   than half of the suites run.
 - **The dynamic rule beats the heuristic**: in a suite, dynamic wins when its *modeled* time
-  summed over the suite is lower than the heuristic's. Modeled time = target passes x the mean
-  verification-pass time + draft passes x the mean draft-pass time, both measured in that suite
-  over all four policies; target-only's modeled time = new tokens x its mean one-token pass time.
-  Modeled rather than measured time decides, because a wall-clock ratio also carries whatever
-  else the machine did during each run; the measured speedups are shown beside it. Over a
-  preset: reproduced when dynamic wins in more than half of the suites run. Per prompt, a win
-  is a strictly lower modeled (or, in its own column, measured) time; equal times are ties.
+  summed over the suite is lower than the heuristic's. A prompt's modeled time prices each
+  forward pass at the mean cost of its kind, measured in that suite over all four policies
+  (target-only decoding for its own passes), and the passes that read the prompt at a cost per
+  prompt: a policy's modeled time = its first verification pass + (target passes - 1) x a later
+  verification pass + the draft's prefill call + (draft passes - 1) x a draft call (the draft
+  passes count the prefill call; a one-token prompt has none); target-only's modeled time = its
+  first pass + (new tokens - 1) x a one-token pass. Where any record of a suite predates the
+  timing of the prefill (section 4 says which suites), the passes that read the prompt are
+  priced like any other pass of their kind, pooled, as in earlier reports: long prompts then
+  inflate every per-pass cost. Modeled rather than measured time decides, because a wall-clock
+  ratio also carries whatever else the machine did during each run; the measured speedups are
+  shown beside it. Over a preset: reproduced when dynamic wins in more than half of the suites
+  run. Per prompt, a win is a strictly lower modeled (or, in its own column, measured) time;
+  equal times are ties.
 - **Why, for this pair** (no verdict): the draft's calibration is measured on static k=5's
   rounds (the one policy whose stopping ignores the draft's confidence): in a round, draft
   tokens before the first rejection are *accepted*, the first rejected one is *rejected*, later
   ones are not judged. AUC = the chance that a random accepted token had a higher draft
   probability than a random rejected one (ties count half); it is described as separating
-  them well at {AUC_WELL} or more, weakly from {AUC_WEAKLY}, barely below that. A draft pass's
-  cost is its mean time over a target-only one-token pass, both measured in the same suite.
+  them well at {AUC_WELL} or more, weakly from {AUC_WEAKLY}, barely below that. A draft call's
+  cost is its mean time over a target-only one-token pass's, both measured in the same suite
+  (the passes that read the prompt left out, where they were timed apart).
 - Records cut short by the time budget (partial) are left out of every figure and redone by
   the next run."""
 
@@ -125,6 +134,12 @@ class PromptResult:
 
     def mode(self, policy: str) -> ModeResult | None:
         return next((m for m in self.modes if m.policy == policy), None)
+
+    @property
+    def prefill_timed_apart(self) -> bool:
+        """The record timed the prompt's prefill apart (records made before that have None there)."""
+        return self.target_only_prefill_s is not None and all(
+            m.draft_prefill_s is not None and m.first_verify_s is not None for m in self.modes)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -200,44 +215,13 @@ def jump_stats(lookaheads_per_prompt: Sequence[Sequence[int]]) -> JumpStats:
     )
 
 
-@dataclass
-class PassCosts:
-    """Mean seconds per forward pass, measured in one suite's runs."""
-
-    target_single_s: float | None  # target-only decoding: one token per pass
-    verify_s: float | None  # a speculative round's verification pass (several tokens)
-    draft_s: float | None  # one draft pass
-
-    @property
-    def draft_fraction(self) -> float | None:
-        """A draft pass's cost as a fraction of a one-token target pass."""
-        return self.draft_s / self.target_single_s if self.draft_s and self.target_single_s else None
-
-    @property
-    def verify_fraction(self) -> float | None:
-        return self.verify_s / self.target_single_s if self.verify_s and self.target_single_s else None
-
-
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def pass_costs(results: Sequence[PromptResult]) -> PassCosts:
-    """Pooled over the suite: total time over total passes, for target-only and all policies together."""
-    modes = [m for r in results for m in r.modes]
-    return PassCosts(
-        target_single_s=_ratio(sum(r.target_only_wall_s for r in results), sum(r.new_tokens for r in results)),
-        verify_s=_ratio(sum(m.verify_s for m in modes), sum(m.target_passes for m in modes)),
-        draft_s=_ratio(sum(m.draft_s for m in modes), sum(m.draft_passes for m in modes)),
-    )
-
-
-def modeled_time(target_passes: int, draft_passes: int, costs: PassCosts) -> float:
-    return target_passes * (costs.verify_s or 0.0) + draft_passes * (costs.draft_s or 0.0)
-
-
-def target_only_modeled_time(new_tokens: int, costs: PassCosts) -> float:
-    return new_tokens * (costs.target_single_s or 0.0)
+def modeled_time(costs: PassCosts, result: PromptResult, mode: ModeResult) -> float:
+    """One policy's modeled time on one prompt (RULES; study.costs)."""
+    return costs.modeled_time(mode.target_passes, mode.draft_passes, result.prompt_tokens)
 
 
 @dataclass
@@ -261,14 +245,15 @@ class PolicyTotals:
 
 
 def policy_totals(results: Sequence[PromptResult], policy: str, costs: PassCosts) -> PolicyTotals | None:
-    modes = [m for m in (r.mode(policy) for r in results) if m is not None]
+    runs = [(r, m) for r in results if (m := r.mode(policy)) is not None]
+    modes = [m for _, m in runs]
     if not modes:
         return None
     return PolicyTotals(
         label=modes[0].label, policy=policy, prompts=len(modes),
         target_passes=sum(m.target_passes for m in modes), draft_passes=sum(m.draft_passes for m in modes),
         accepted=sum(m.accepted for m in modes), wall_s=sum(m.wall_s for m in modes),
-        modeled_s=sum(modeled_time(m.target_passes, m.draft_passes, costs) for m in modes),
+        modeled_s=sum(modeled_time(costs, r, m) for r, m in runs),
         lossless=sum(m.lossless is True for m in modes), drafted=sum(m.drafted for m in modes),
     )
 
@@ -289,8 +274,7 @@ def prompt_wins(results: Sequence[PromptResult], first: str, second: str, costs:
         if a is None or b is None:
             continue
         ta, tb = ((a.wall_s, b.wall_s) if measured else
-                  (modeled_time(a.target_passes, a.draft_passes, costs),
-                   modeled_time(b.target_passes, b.draft_passes, costs)))
+                  (modeled_time(costs, r, a), modeled_time(costs, r, b)))
         if ta < tb:
             wins.first += 1
         elif tb < ta:
@@ -344,14 +328,15 @@ class SuiteFigures:
 
 def suite_figures(preset: str, suite: str, results: Sequence[PromptResult]) -> SuiteFigures:
     results = sorted(results, key=lambda r: r.index)
-    costs = pass_costs(results)
+    costs = PassCosts.from_records(results)
     totals = {p: t for p in ("static", "heuristic", "dynamic", "oracle")
               if (t := policy_totals(results, p, costs)) is not None}
     new_tokens = sum(r.new_tokens for r in results)
     oracle_rounds = [[rd.lookahead for rd in m.rounds] for r in results if (m := r.mode("oracle")) is not None]
     static_rounds = [rd for r in results if (m := r.mode("static")) is not None for rd in m.rounds]
     return SuiteFigures(preset, suite, list(results), costs, totals, new_tokens,
-                        sum(r.target_only_wall_s for r in results), target_only_modeled_time(new_tokens, costs),
+                        sum(r.target_only_wall_s for r in results),
+                        sum(costs.target_only_modeled_time(r.new_tokens) for r in results),
                         jump_stats(oracle_rounds), judged_tokens(static_rounds))
 
 
@@ -505,33 +490,63 @@ def _calibration_words(value: float | None) -> str:
 
 def why_section(suites: Sequence[SuiteFigures]) -> list[str]:
     lines = ["### 4. Why, for this pair", "",
-             ("Calibration from static k=5's judged draft tokens; costs per forward pass measured in the same suite "
-             "(draft and verification passes over all four policies, one-token target passes from target-only "
-             "decoding)."), "",
+             "Calibration from static k=5's judged draft tokens.", "",
              (f"| suite | judged tokens | accepted | AUC | accepted with p >= {THRESHOLD:g} | accepted with p < "
-             f"{THRESHOLD:g} | draft pass | target pass (1 token) | verification pass | draft / target "
-             f"| verification / target |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+              f"{THRESHOLD:g} |"), "|---|---|---|---|---|---|"]
     everything: list[Judged] = []
     for s in suites:
         everything += s.judged
         split = split_at(s.judged, THRESHOLD)
-        c = s.costs
         lines.append(f"| {s.suite} | {len(s.judged)} | {_pct(_ratio(sum(j.accepted for j in s.judged), len(s.judged)))} "
                      f"| {_f(auc(s.judged))} | {_pct(split.above_share)} of {split.above} "
-                     f"| {_pct(split.below_share)} of {split.below} | {_ms(c.draft_s)} | {_ms(c.target_single_s)} "
-                     f"| {_ms(c.verify_s)} | {_f(c.draft_fraction)} | {_f(c.verify_fraction)} |")
+                     f"| {_pct(split.below_share)} of {split.below} |")
+    lines += [""] + costs_table(suites)
     pooled = auc(everything)
     rejected = sum(not j.accepted for j in everything)
     few = f"; with fewer than {FEW_REJECTED} rejections the AUC is a rough figure" if rejected < FEW_REJECTED else ""
     split = split_at(everything, THRESHOLD)
-    fractions = [f"{s.costs.draft_fraction:.2f} ({s.suite})" for s in suites if s.costs.draft_fraction is not None]
+    fractions = [f"{ratio:.2f} ({s.suite})" for s in suites if (ratio := s.costs.draft_to_token_pass) is not None]
     lines += ["", (f"Over all suites the draft's probability {_calibration_words(pooled)} (AUC {_f(pooled)} on "
                    f"{len(everything)} judged tokens, {rejected} of them rejected{few}): "
                    f"{_pct(split.above_share)} of the tokens it gave {THRESHOLD:g} or more were accepted, "
-                   f"{_pct(split.below_share)} of those below, where dynamic stops drafting. A draft pass costs "
+                   f"{_pct(split.below_share)} of those below, where dynamic stops drafting. A draft call costs "
                    f"{', '.join(fractions) or 'n/a'} of a one-token target pass: every rejected draft token "
                    f"wastes that much, and every round the threshold ends early costs one more verification pass."), ""]
     return lines
+
+
+def costs_table(suites: Sequence[SuiteFigures]) -> list[str]:
+    """The per-pass costs behind the modeled times, and which suites timed the prefill apart."""
+    lines = [("Costs per forward pass, the means behind the modeled times (the rules above): draft calls and "
+              "verification passes over all four policies, one-token passes from target-only decoding. The passes "
+              "that read the prompt cost per prompt and are shown apart where they were timed apart."), "",
+             ("| suite | prefill timed apart | draft call | draft prefill call | target pass (1 token) "
+              "| target-only first pass | verification pass | first verification pass | draft / target "
+              "| verification / target |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in suites:
+        c, timed = s.costs, sum(r.prefill_timed_apart for r in s.results)
+        lines.append(f"| {s.suite} | {'yes' if c.prefill_apart else 'no'} ({timed} of {_n(len(s.results), 'record')}) "
+                     f"| {_ms(c.draft_call_s or None)} | {_prefill_ms(c, c.draft_prefill_s)} "
+                     f"| {_ms(c.target_token_s or None)} | {_prefill_ms(c, c.target_prefill_s)} "
+                     f"| {_ms(c.verify_s or None)} | {_prefill_ms(c, c.first_verify_s)} "
+                     f"| {_f(c.draft_to_token_pass)} | {_f(c.verify_to_token_pass)} |")
+    return lines + ["", prefill_coverage_sentence(suites)]
+
+
+def _prefill_ms(costs: PassCosts, seconds: float) -> str:
+    return _ms(seconds or None) if costs.prefill_apart else "not apart"
+
+
+def prefill_coverage_sentence(suites: Sequence[SuiteFigures]) -> str:
+    pooled = [s.suite for s in suites if not s.costs.prefill_apart]
+    if not pooled:
+        return "Every suite here timed the prompt's prefill apart."
+    apart = [s.suite for s in suites if s.costs.prefill_apart]
+    return ((f"The prefill was timed apart in {', '.join(apart)}; not in " if apart else "The prefill was not timed "
+             "apart in ") + f"{', '.join(pooled)}: those records predate its timing (all of a suite's must have it), "
+            "so there the passes that read the prompt are priced like any other, pooled, and the longer the prompts "
+            "the more they inflate every per-pass cost. Re-running those suites with `--force` "
+            f"(`python -m specviz study --preset {suites[0].preset} --force`, narrowed with `--suites`) times it.")
 
 
 def oracle_lowest(result: PromptResult) -> bool | None:
@@ -552,6 +567,20 @@ def exactness_sentence(results: Sequence[PromptResult]) -> str:
         words += (f", and {sum(met)} of {_n(len(met), 'round')} of every policy accepted exactly "
                   f"min(its lookahead, the oracle's ideal at its start)")
     return words + "."
+
+
+def prefill_coverage_line(records: Sequence[PromptResult]) -> str:
+    """Per preset, the suites whose costs price the prefill apart (every record timed it) and the rest."""
+    parts = []
+    for preset in dict.fromkeys(r.preset for r in records):
+        suites = list(dict.fromkeys(r.suite for r in records if r.preset == preset))
+        apart = [s for s in suites if all(r.prefill_timed_apart for r in records if (r.preset, r.suite) == (preset, s))]
+        pooled = [s for s in suites if s not in apart]
+        words = ("every suite" if not pooled else
+                 f"{', '.join(apart)}; not {', '.join(pooled)}" if apart else "none of its suites")
+        parts.append(f"{preset}: {words}")
+    return (f"The prompt's prefill timed apart (priced per prompt; section 4): {'; '.join(parts)}. Records made "
+            f"before it was timed price it pooled with the other passes; re-running them with `--force` times it.")
 
 
 def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[str, Any]],
@@ -584,6 +613,8 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
                    f"modes {STUDY_MODES}, one prompt at a time. Compute time of these prompts: {duration(total)} "
                    f"(mean {total / len(done) if done else 0:.1f} s per prompt)."
                    + (f" Left out: {partial} partial records (time budget ran out)." if partial else "")), ""]
+    if done:
+        lines += [prefill_coverage_line(done), ""]
     if not done:
         return "\n".join(lines + ["No finished prompts yet.", ""])
 
@@ -629,19 +660,19 @@ def write_csv(path: Path, records: Sequence[PromptResult]) -> None:
     """One row per prompt and mode (target-only included); modeled speedups use the suite's costs."""
     costs: dict[tuple[str, str, int], PassCosts] = {}
     for key in {(r.preset, r.suite, r.max_new_tokens) for r in records}:
-        costs[key] = pass_costs([r for r in records if (r.preset, r.suite, r.max_new_tokens) == key
-                                 and not r.partial])
+        costs[key] = PassCosts.from_records([r for r in records if (r.preset, r.suite, r.max_new_tokens) == key
+                                             and not r.partial])
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(CSV_COLUMNS)
         for r in sorted(records, key=lambda r: (r.preset, r.suite, r.index)):
             c = costs[(r.preset, r.suite, r.max_new_tokens)]
-            base = target_only_modeled_time(r.new_tokens, c)
+            base = c.target_only_modeled_time(r.new_tokens)
             writer.writerow([r.preset, r.suite, r.prompt_id, r.max_new_tokens, "target-only", "target-only",
                              r.new_tokens, r.new_tokens, 0, 0, "", f"{r.target_only_wall_s:.4f}", "", "", "1.0000",
                              "1.0000", True, r.partial])
             for m in r.modes:
-                modeled = modeled_time(m.target_passes, m.draft_passes, c)
+                modeled = modeled_time(c, r, m)
                 writer.writerow([r.preset, r.suite, r.prompt_id, r.max_new_tokens, m.label, m.policy, m.new_tokens,
                                  m.target_passes, m.draft_passes, m.accepted,
                                  f"{m.accepted / m.drafted:.4f}" if m.drafted else "",

@@ -15,7 +15,8 @@ what every policy's round sees there, and the rounds of any policy follow by boo
   that far, the draft's probabilities along the answer stand in for it. That only changes when
   a policy that stops on the draft's confidence stops after a rejection, never the target passes.
 
-Time is estimated from the per-pass costs measured in the real run.
+Time is modeled from the per-pass costs measured in the real run (study.costs: the prompt's
+prefill priced once per prompt, apart from the per-token passes).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from ..core.policies import DraftStep, Dynamic, Policy, Static
 from ..core.trace import Comparison, DraftAlongReference
+from .costs import PassCosts
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
 STATIC_KS = list(range(1, 21))
@@ -37,34 +39,6 @@ class Replay:
     draft_passes: int
     estimated_s: float
     estimated_speedup: float
-
-
-@dataclass(frozen=True)
-class PassCosts:
-    """Seconds per target pass (verification) and per draft pass, measured in a run."""
-
-    target_s: float
-    draft_s: float
-
-    @classmethod
-    def measured(cls, comparison: Comparison) -> PassCosts:
-        rounds = [r for t in comparison.traces for r in t.rounds]
-        draft_calls = sum(r.draft_passes for r in rounds)
-        target = sum(r.verify_s for r in rounds) / len(rounds) if rounds else 0.0
-        draft = sum(r.draft_s for r in rounds) / draft_calls if draft_calls else 0.0
-        return cls(target, draft)
-
-    @property
-    def draft_ratio(self) -> float:
-        """A draft pass's cost as a fraction of a target pass."""
-        return self.draft_s / self.target_s if self.target_s > 0 else 0.0
-
-    def with_draft_ratio(self, ratio: float) -> PassCosts:
-        """The same target pass with a draft pass costing `ratio` of it: what a cheaper (or dearer)
-        draft would make of the same passes."""
-        if not ratio >= 0:
-            raise ValueError("the draft cost ratio must be a number >= 0")
-        return PassCosts(self.target_s, self.target_s * ratio)
 
 
 DraftView = tuple[int, float, float]  # token, probability, entropy
@@ -153,14 +127,14 @@ def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = Non
            eos_ids: Iterable[int] = (), seen: Observations | None = None) -> Replay:
     if comparison.draft_along_reference is None or comparison.baseline is None:
         raise ValueError("what-if replays need a whole greedy run (its draft table and its baseline)")
-    costs = costs or PassCosts.measured(comparison)
+    costs = costs if costs is not None else PassCosts.from_comparison(comparison)
     seen = seen if seen is not None else observations(comparison)
     target_passes, draft_passes = replay_passes(policy, comparison.reference_ids(),
                                                 comparison.draft_along_reference, comparison.max_new_tokens,
                                                 eos_ids, seen, comparison.prompt_tokens)
-    seconds = target_passes * costs.target_s + draft_passes * costs.draft_s
-    speedup = comparison.baseline.wall_s / seconds if seconds > 0 else 0.0
-    return Replay(policy.label, target_passes, draft_passes, seconds, speedup)
+    seconds = costs.modeled_time(target_passes, draft_passes, comparison.prompt_tokens)
+    return Replay(policy.label, target_passes, draft_passes, seconds,
+                  modeled_speedup(comparison, target_passes, draft_passes, costs))
 
 
 @dataclass(frozen=True)
@@ -179,9 +153,9 @@ class Sweep:
 
 def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: float | None = None) -> Sweep:
     """Dynamic thresholds 0.05..0.95 and static k 1..20, replayed on one greedy run. Times use the
-    run's measured per-pass costs, or, with `draft_ratio`, a draft pass costing that fraction of
-    a target pass."""
-    measured = PassCosts.measured(comparison)
+    run's measured per-pass costs, or, with `draft_ratio`, a draft call costing that fraction of
+    a verification pass."""
+    measured = PassCosts.from_comparison(comparison)
     costs = measured if draft_ratio is None else measured.with_draft_ratio(draft_ratio)
     eos = list(eos_ids)
     seen = observations(comparison)
@@ -196,6 +170,9 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: floa
 
 
 def modeled_speedup(comparison: Comparison, target_passes: int, draft_passes: int, costs: PassCosts) -> float:
-    """Target-only wall time over the time `costs` give these passes."""
-    seconds = target_passes * costs.target_s + draft_passes * costs.draft_s
-    return comparison.baseline.wall_s / seconds if seconds > 0 else 0.0
+    """Target-only decoding's modeled time over the time `costs` give these passes. With the run's
+    own costs, target-only's modeled time is its measured wall time (its costs are that time spread
+    over its passes); a draft cost set by hand leaves the target's costs, and so that time, alone."""
+    seconds = costs.modeled_time(target_passes, draft_passes, comparison.prompt_tokens)
+    baseline = costs.target_only_modeled_time(len(comparison.baseline.token_ids))
+    return baseline / seconds if seconds > 0 else 0.0

@@ -327,7 +327,7 @@ def sweep_figure(result: Sweep, comparison: Comparison) -> go.Figure:
     fig.add_hline(y=1.0, line={"color": BASELINE_LINE_COLOR, "dash": "dot"}, annotation_text="target alone",
                   row=2, col="all")
     cost = ""
-    if result.costs is not None:
+    if result.costs is not None and result.costs.draft_ratio is not None:
         source = "set by hand" if result.cost_modeled else "as measured"
         cost = f"<br><sup>times modeled with a draft pass = {result.costs.draft_ratio:.2f} of a target pass ({source})</sup>"
     _base_layout(fig, "What if? Passes and speedup for other lookahead settings (replayed, no rerun)" + cost,
