@@ -134,15 +134,16 @@ def test_the_app_and_the_study_reach_the_models_only_through_gpu_work(path):
             assert names is not None and name not in names, f"{path.name} imports {name} from {module}"
 
 
-def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(bundled_pair, tmp_path, restore_threads):
+def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(tmp_path, restore_threads):
     """Hooks on both models record, for every forward call, whether it ran inside gpu_work."""
     from specviz.cli import main
-    from specviz.core.models import DEFAULT_PRESET
+    from specviz.core.models import DEFAULT_PRESET, get_pair
     from specviz.ui import api, events
 
+    pair = get_pair(DEFAULT_PRESET)  # the process's pair, which the app, the API and the study use
     calls: list[bool] = []
     hooks = [model.register_forward_pre_hook(lambda *_: calls.append(gpu.inside_gpu_work()))
-             for model in (bundled_pair.target, bundled_pair.draft)]
+             for model in (pair.target, pair.draft)]
     try:
         app_run = list(events.run("Say hi.", DEFAULT_PRESET, 8, 3, 3, 0.4, 8))
         assert "done" in app_run[-1][0], app_run[-1][0]

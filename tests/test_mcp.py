@@ -3,8 +3,9 @@ shared live app (`python app.py`): its four tools, a lossless comparison, a clea
 
 from __future__ import annotations
 
+import ast
 import asyncio
-import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -19,17 +20,26 @@ TOOLS = {"compare", "presets", "examples", "example"}
 
 
 def _session(url: str, work):
-    """Run `work(session)` in an initialized MCP client session to the app's MCP endpoint."""
+    """Run `work(session)` in an initialized MCP client session to the app's MCP endpoint, in a
+    thread of its own: Playwright's sync API (the browser tests, in the same worker) keeps an
+    event loop running in this one."""
     async def main():
         async with streamable_http_client(url + "gradio_api/mcp/") as (read, write, _), \
                 mcp.ClientSession(read, write) as session:
             await session.initialize()
             return await work(session)
-    return asyncio.run(main())
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(lambda: asyncio.run(main())).result()
 
 
 def _text(result) -> str:
     return "".join(getattr(part, "text", "") for part in result.content)
+
+
+def _data(result):
+    """A tool's result as data. Gradio's MCP server sends a returned dict or list as its Python
+    literal (`str()`: True, None, single quotes), not as JSON; the fields are the JSON's."""
+    return ast.literal_eval(_text(result))
 
 
 def test_the_public_api_is_the_mcp_tools_and_nothing_else(live_app):
@@ -57,7 +67,7 @@ def test_compare_returns_a_lossless_comparison_and_bad_input_a_clear_error(live_
 
     good, bad, presets = _session(url, work)
     assert not good.isError, _text(good)
-    comparison = json.loads(_text(good))
+    comparison = _data(good)
     modes = {m["policy"]: m for m in comparison["modes"]}
     assert set(modes) == {"static", "dynamic", "oracle"}
     assert all(m["lossless"] is True for m in modes.values())
@@ -70,7 +80,7 @@ def test_compare_returns_a_lossless_comparison_and_bad_input_a_clear_error(live_
     assert "between 1 and" in message, message  # the API's own one-line message
     assert "Traceback" not in message and "\n" not in message.strip(), message
 
-    names = [p["name"] for p in json.loads(_text(presets))]
+    names = [p["name"] for p in _data(presets)]
     assert "smollm2-135m-int8" in names
     assert "Traceback" not in log.read_text()
 
