@@ -184,11 +184,37 @@ def test_verdicts_follow_the_numbers_both_ways():
     assert "| oracle | 27 | 129 | 8 | 30 | 16 | 60 |" in report
     assert "| oracle | 27 | 129 | 12 | 36 | 24 | 72 |" in report
     # ... the per-prompt wins, and the calibration (make_mode: accepted tokens 0.9, rejected 0.2)
-    assert "Prompts won, by modeled time: dynamic 2, heuristic 0, ties 0" in report
-    assert "Prompts won, by modeled time: dynamic 0, heuristic 2, ties 0" in report
+    assert "Prompts won, by measured time: dynamic 2, heuristic 0, ties 0; by modeled time: dynamic 2, heuristic 0, " \
+        "ties 0" in report
+    assert "Prompts won, by measured time: dynamic 0, heuristic 2, ties 0; by modeled time: dynamic 0, heuristic 2, " \
+        "ties 0" in report
     assert "separates accepted from rejected tokens well (AUC 1.00" in report
     for rule in ("fewer target passes **and** fewer draft passes", "50% of the oracle's rounds", "*modeled* time"):
         assert rule in report
+
+
+def test_a_real_pair_is_judged_by_its_wall_clock_and_a_bundled_one_by_modeled_time():
+    """The same records, where the passes favour dynamic but the wall clock the heuristic (its
+    runs took three times as long as their passes say): the bundled pair's verdict follows the
+    modeled time, a pair with a draft model of its own the measured time."""
+    def slow_dynamic(preset):
+        records = [claims_hold(preset, "coding", i) for i in range(3)]
+        for r in records:
+            r.mode("dynamic").wall_s *= 3
+        return records
+
+    bundled, real = "smollm2-135m-int8", "qwen2.5-coder-1.5b"
+    report = report_markdown(slow_dynamic(bundled) + slow_dynamic(real), [], "results.jsonl")
+    assert verdict_row(report, "The dynamic rule") == ["**reproduced**", "**not reproduced on this pair**"]
+    bundled_part, real_part = report.split(f"## {real}")[0].split(f"## {bundled}")[-1], report.split(f"## {real}")[-1]
+    assert "For this pair **modeled** time decides" in bundled_part and "(modeled time): **reproduced**" in bundled_part
+    assert "For this pair **measured** time decides" in real_part
+    assert "Dynamic does not beat the heuristic here by measured time" in real_part
+    # the median prompt's measured speedup: target-only 2.0 s over dynamic's 3 x (11 x 0.09 s)
+    figures = suite_figures(real, "coding", slow_dynamic(real))
+    assert figures.median_measured_speedup("dynamic") == pytest.approx(2.0 / (3 * 11 * 0.09))
+    assert f"The median prompt ran {2.0 / (3 * 11 * 0.09):.2f}x as fast with dynamic as with the target alone " \
+        "(not faster in wall-clock time)" in real_part
 
 
 def test_one_suite_of_three_is_not_a_majority():
