@@ -31,6 +31,7 @@ def test_the_device_and_dtype_rule():
     assert gpu.model_dtype(torch.device("cuda"), torch.float32) == torch.bfloat16
     assert gpu.model_dtype(torch.device("cpu")) == torch.float32
     assert gpu.model_dtype(torch.device("cpu"), torch.bfloat16) == torch.bfloat16
+    assert gpu.warms_up(torch.device("cpu")) and not gpu.warms_up(torch.device("cuda"))
 
 
 def test_gpu_work_marks_each_step_and_nothing_between():

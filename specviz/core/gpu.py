@@ -49,6 +49,15 @@ def model_dtype(device: torch.device, on_cpu: torch.dtype = torch.float32) -> to
     return torch.bfloat16 if device.type == "cuda" else on_cpu
 
 
+def warms_up(device: torch.device) -> bool:
+    """Whether a pair just loaded onto `device` gets a warm-up call (models.warm_up) and a first
+    small comparison (the app's preload): on a CPU, to read the weights mapped from disk and set
+    up torch's kernels before the first visitor waits for them. Not on a GPU: the weights were
+    copied into its memory while loading, and on ZeroGPU model work outside `gpu_work` has no
+    GPU to run on (and inside it would spend a visitor's quota)."""
+    return device.type == "cpu"
+
+
 def on_zerogpu() -> bool:
     """True on a ZeroGPU Space: `spaces` is installed and SPACES_ZERO_GPU says so."""
     try:

@@ -553,7 +553,7 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
                                              gpu.model_dtype(device, _dtype(preset.draft_dtype)), say)
         check_same_vocabulary(tokenizer, draft_tokenizer)
         pair = build_pair(name, target, draft, tokenizer, device)
-    if pair.device.type == "cpu":
+    if gpu.warms_up(pair.device):
         say("Warming up both models")
         warm_up(pair)
     pair.load_s = time.perf_counter() - started
@@ -564,9 +564,8 @@ def warm_up(pair: ModelPair) -> None:
     """One forward call of each model. A model read from safetensors is mapped from disk, and its
     first forward call reads every weight in: 6.7 GB for the real pair's target, which made the
     first policy of the first comparison after a load twice as slow as the same policy later
-    (measured: static k=5 at 0.50x of target-only, then 1.06x on the next prompt). Only on a CPU:
-    a GPU pair's weights were copied into its memory while loading, and on ZeroGPU a forward
-    call outside `gpu.gpu_work` would have no GPU to run on."""
+    (measured: static k=5 at 0.50x of target-only, then 1.06x on the next prompt). Only where
+    `gpu.warms_up` says so."""
     ids = torch.tensor([[0]], device=pair.device)
     with torch.inference_mode():
         pair.target(input_ids=ids)

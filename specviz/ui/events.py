@@ -20,6 +20,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+from ..core import gpu
 from ..core.models import DEFAULT_PRESET, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
 from ..core.pipeline import Limits, compare_preset, make_request, prompt_ids_for, run_preset
 from ..errors import SpecVizError
@@ -439,7 +440,7 @@ def preload() -> None:
     # pay the one-time set-up of torch's kernels and of plotly's figure classes (together about
     # 2 s on 2 cores) before its first coloured token.
     started = time.monotonic()
-    if pair.device.type != "cpu":  # a GPU's kernels are ready at once; on ZeroGPU this would spend quota
+    if not gpu.warms_up(pair.device):
         return
     with MODEL_LOCK:
         warm = compare_preset(DEFAULT_PRESET, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
