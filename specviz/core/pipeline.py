@@ -74,6 +74,11 @@ class Request:
     seed: int | None = None
     chat: bool = True
 
+    @property
+    def runs(self) -> int:
+        """Decoding runs of the comparison: one per policy, and target-only decoding."""
+        return len(self.modes) + 1
+
 
 def make_request(prompt: str, modes: str | list[ModeSpec], max_new_tokens: int, temperature: float = 0.0,
                  seed: int | None = None, chat: bool = True, limits: Limits | None = None) -> Request:
@@ -174,7 +179,7 @@ class Update:
         and the running one's tokens."""
         finished = len(self.comparison.traces) + (self.comparison.baseline is not None)
         running = len(self.running.token_ids) / request.max_new_tokens if self.running is not None else 0.0
-        return min(1.0, (finished + running) / (len(request.modes) + 1))
+        return min(1.0, (finished + running) / request.runs)
 
 
 def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = None,
@@ -271,15 +276,11 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
 def compare(pair: ModelPair, request: Request, limits: Limits | None = None,
             progress: Callable[[str], None] | None = None) -> Comparison:
     """`run_comparison` run to the end."""
-    update = None
-    for update in run_comparison(pair, request, limits, progress):
-        pass
-    assert update is not None
-    return update.comparison
+    return _finished(run_comparison(pair, request, limits, progress))
 
 
 def _gpu_seconds(preset: str, request: Request, limits: Limits | None = None) -> int:
-    return gpu.comparison_gpu_s(request.max_new_tokens, len(request.modes) + 1)  # + target-only
+    return gpu.comparison_gpu_s(request.max_new_tokens, request.runs)
 
 
 @gpu.gpu_work(duration=_gpu_seconds)
@@ -293,8 +294,13 @@ def run_preset(preset: str, request: Request, limits: Limits | None = None) -> I
 
 def compare_preset(preset: str, request: Request, limits: Limits | None = None) -> Comparison:
     """`run_preset` run to the end."""
+    return _finished(run_preset(preset, request, limits))
+
+
+def _finished(updates: Iterator[Update]) -> Comparison:
+    """The comparison after the last of its updates."""
     update = None
-    for update in run_preset(preset, request, limits):
+    for update in updates:
         pass
     assert update is not None
     return update.comparison

@@ -58,7 +58,7 @@ def compare(prompt: str, preset: str, max_new_tokens: int, modes: str = DEFAULT_
     request = pipeline.make_request(prompt, modes, max_new_tokens, temperature=temperature,
                                     seed=seed if temperature > 0 else None, limits=limits)
     get_preset(preset)  # an unknown preset is a SpecVizError before any wait
-    expected_s = expected_seconds(preset, request.max_new_tokens, len(request.modes) + 1)
+    expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
     limits = limits.allowing(expected_s)
     turns = turns or Turns()
     ticket = turns.join(expected_s)

@@ -131,8 +131,7 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                                temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits)
         logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g prompt_chars=%d", preset,
                     request.max_new_tokens, modes, request.temperature, len(request.prompt))
-        runs = len(request.modes) + 1  # one run per policy and one of target-only decoding
-        expected_s = expected_seconds(preset, request.max_new_tokens, runs)
+        expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
         limits = limits.allowing(expected_s)
         ticket = TURNS.join(expected_s, owner=_session(visitor))
         while not TURNS.try_start(ticket):
@@ -167,7 +166,7 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             on_page.update(enumerate(htmls))
             return out
 
-        about = expected_duration(preset, request.max_new_tokens, runs)
+        about = expected_duration(preset, request.max_new_tokens, request.runs)
 
         def running(text: str) -> str:
             return status_html(f"{text}{about}… {time.monotonic() - run_started:.1f} s", "running")
