@@ -17,9 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specviz.core.models import DEFAULT_PRESET, get_pair
+from specviz.core.models import get_pair
 from specviz.core.pipeline import Limits, compare, make_request
 from specviz.core.policies import DEFAULT_MODES
+from specviz.core.presets import DEFAULT_PRESET
 from specviz.ui.files import load_examples
 
 

@@ -14,19 +14,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from .core.models import (
-    DEFAULT_PRESET,
-    PRESETS,
-    REAL_PAIR_PRESET,
-    REAL_PAIR_REQUIREMENTS,
-    ModelLoadError,
-    get_pair,
-    get_preset,
-    set_up_pair,
-)
+from .core.models import ModelLoadError, get_pair
 from .core.pipeline import Limits, compare, make_request
 from .core.policies import DEFAULT_MODES
+from .core.presets import DEFAULT_PRESET, PRESETS, REAL_PAIR_PRESET, get_preset
 from .core.trace import Comparison
+from .core.weights import REAL_PAIR_REQUIREMENTS, set_up_pair
 from .errors import SpecVizError
 from .study.sweep import sweep
 from .ui.export import SWEEP_HEADERS, sweep_rows, write_all

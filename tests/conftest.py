@@ -28,7 +28,7 @@ def pytest_xdist_make_scheduler(config, log):
     that its two presets run side by side."""
     from xdist.scheduler import LoadScopeScheduling
 
-    from specviz.core.models import PRESETS
+    from specviz.core.presets import PRESETS
 
     class ByModuleAndPreset(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -84,7 +84,8 @@ def tiny_unrelated_pair():
 
 @pytest.fixture(scope="session")
 def bundled_pair():
-    from specviz.core.models import DEFAULT_PRESET, get_pair
+    from specviz.core.models import get_pair
+    from specviz.core.presets import DEFAULT_PRESET
 
     return get_pair(DEFAULT_PRESET)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.core.models import PRESETS
+from specviz.core.presets import PRESETS
 from specviz.core.trace import Comparison
 from specviz.errors import SpecVizError
 from specviz.ui import api

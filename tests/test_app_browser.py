@@ -30,8 +30,9 @@ if not Path(CHROMIUM).exists():
 
 def expected_comparison():
     """The same request through the engine in this process."""
-    from specviz.core.models import DEFAULT_PRESET, get_pair
+    from specviz.core.models import get_pair
     from specviz.core.pipeline import Limits, compare, make_request
+    from specviz.core.presets import DEFAULT_PRESET
 
     request = make_request(PROMPT, "static:5,heuristic:5,dynamic:0.4:20,oracle", MAX_NEW_TOKENS)
     return compare(get_pair(DEFAULT_PRESET), request, Limits(time_budget_s=1200))

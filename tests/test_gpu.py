@@ -138,7 +138,8 @@ def test_the_app_and_the_study_reach_the_models_only_through_gpu_work(path):
 def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(tmp_path, restore_threads):
     """Hooks on both models record, for every forward call, whether it ran inside gpu_work."""
     from specviz.cli import main
-    from specviz.core.models import DEFAULT_PRESET, get_pair
+    from specviz.core.models import get_pair
+    from specviz.core.presets import DEFAULT_PRESET
     from specviz.ui import api, events
 
     pair = get_pair(DEFAULT_PRESET)  # the process's pair, which the app, the API and the study use

@@ -2,7 +2,8 @@
 
 import pytest
 
-from specviz.core.models import ALLOW_HUB_MODELS_ENV, DEFAULT_PRESET, PRESETS, cache_root, get_preset
+from specviz.core.presets import ALLOW_HUB_MODELS_ENV, DEFAULT_PRESET, PRESETS, get_preset
+from specviz.core.weights import cache_root
 from specviz.errors import SpecVizError
 
 

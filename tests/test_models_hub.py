@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from specviz.core import models
+from specviz.core import models, presets, weights
 from specviz.core.pipeline import compare, make_request
 from tests.conftest import noisy_copy, tiny_llama
 
@@ -40,20 +40,20 @@ def local_hub_preset(tmp_path, monkeypatch):
     for name, model in (("target", target), ("draft", draft)):
         model.save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
-    preset = dataclasses.replace(models.PRESETS["smollm2-360m"], target=str(tmp_path / "target"),
+    preset = dataclasses.replace(presets.PRESETS["smollm2-360m"], target=str(tmp_path / "target"),
                                  draft=str(tmp_path / "draft"))
-    monkeypatch.setitem(models.PRESETS, "smollm2-360m", preset)
+    monkeypatch.setitem(presets.PRESETS, "smollm2-360m", preset)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
     def no_network(*args, **kwargs):
         raise AssertionError("the test must not open a network connection")
 
-    monkeypatch.setattr(models.socket, "create_connection", no_network)
+    monkeypatch.setattr(weights.socket, "create_connection", no_network)
     return preset
 
 
 def test_the_360m_preset_names_the_separately_trained_pair():
-    preset = models.PRESETS["smollm2-360m"]
+    preset = presets.PRESETS["smollm2-360m"]
     assert (preset.target, preset.draft, preset.offline) == ("HuggingFaceTB/SmolLM2-360M-Instruct",
                                                              "HuggingFaceTB/SmolLM2-135M-Instruct", False)
 
@@ -70,30 +70,30 @@ def test_a_hub_preset_loads_through_from_pretrained_and_runs(local_hub_preset):
 
 def test_a_hub_preset_with_a_missing_model_fails_with_the_presets_name(local_hub_preset, tmp_path, monkeypatch):
     broken = dataclasses.replace(local_hub_preset, draft=str(tmp_path / "nowhere"))
-    monkeypatch.setitem(models.PRESETS, "smollm2-360m", broken)
+    monkeypatch.setitem(presets.PRESETS, "smollm2-360m", broken)
     with pytest.raises(models.SpecVizError, match="Preset 'smollm2-360m' could not load .*not in the local cache"):
         models.load_pair("smollm2-360m")
 
 
 def test_default_preset_follows_the_environment():
-    assert models.default_preset({}) == models.BUILTIN_DEFAULT_PRESET
-    assert models.default_preset({models.DEFAULT_PRESET_ENV: " smollm2-360m "}) == "smollm2-360m"
-    assert models.default_preset({models.DEFAULT_PRESET_ENV: "smollm2-135m-bf16"}) == "smollm2-135m-bf16"
+    assert presets.default_preset({}) == presets.BUILTIN_DEFAULT_PRESET
+    assert presets.default_preset({presets.DEFAULT_PRESET_ENV: " smollm2-360m "}) == "smollm2-360m"
+    assert presets.default_preset({presets.DEFAULT_PRESET_ENV: "smollm2-135m-bf16"}) == "smollm2-135m-bf16"
 
 
 @pytest.mark.parametrize("name", ["smollm2-999m", "HuggingFaceTB/a|HuggingFaceTB/b", "../x"])
 def test_an_unknown_default_preset_falls_back_with_a_warning(caplog, name):
     with caplog.at_level(logging.WARNING, logger="specviz.core.models"):
-        assert models.default_preset({models.DEFAULT_PRESET_ENV: name}) == models.BUILTIN_DEFAULT_PRESET
-    assert models.DEFAULT_PRESET_ENV in caplog.text and "not a listed preset" in caplog.text
+        assert presets.default_preset({presets.DEFAULT_PRESET_ENV: name}) == presets.BUILTIN_DEFAULT_PRESET
+    assert presets.DEFAULT_PRESET_ENV in caplog.text and "not a listed preset" in caplog.text
 
 
 def test_the_environment_sets_the_default_at_startup():
-    env = {**os.environ, models.DEFAULT_PRESET_ENV: "smollm2-360m"}
+    env = {**os.environ, presets.DEFAULT_PRESET_ENV: "smollm2-360m"}
     shown = subprocess.run([sys.executable, "-m", "specviz", "presets"], env=env, capture_output=True, text=True,
                            timeout=120, check=True)
     assert "default: smollm2-360m" in shown.stdout
-    env[models.DEFAULT_PRESET_ENV] = "no-such-preset"
+    env[presets.DEFAULT_PRESET_ENV] = "no-such-preset"
     shown = subprocess.run([sys.executable, "-m", "specviz", "presets"], env=env, capture_output=True, text=True,
                            timeout=120, check=True)
-    assert f"default: {models.BUILTIN_DEFAULT_PRESET}" in shown.stdout and "no-such-preset" in shown.stderr
+    assert f"default: {presets.BUILTIN_DEFAULT_PRESET}" in shown.stdout and "no-such-preset" in shown.stderr

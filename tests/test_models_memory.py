@@ -4,9 +4,9 @@ pair before it loads; small ones (the bundled pairs, about 1 GB each) stay. No m
 
 import pytest
 
-from specviz.core import models
+from specviz.core import models, presets
 
-REAL = models.REAL_PAIR_PRESET
+REAL = presets.REAL_PAIR_PRESET
 BUNDLED = ["smollm2-135m-int8", "smollm2-135m-bf16"]
 
 
@@ -29,13 +29,13 @@ def held() -> set[str]:
 
 
 def test_the_presets_state_their_size_and_kind():
-    kinds = {name: p.kind for name, p in models.PRESETS.items()}
+    kinds = {name: p.kind for name, p in presets.PRESETS.items()}
     assert {n for n, k in kinds.items() if k == "bundled"} == set(BUNDLED)
     assert {n for n, k in kinds.items() if k == "offline after set-up"} == {REAL}
-    assert {n for n, p in models.PRESETS.items() if p.offline} == set(BUNDLED) | {REAL}
-    assert all(not models.PRESETS[n].large for n in BUNDLED)
-    assert models.PRESETS[REAL].large and models.PRESETS[REAL].ram_gb >= 9
-    assert models.PRESETS["qwen2.5-1.5b"].large and not models.PRESETS["smollm2-360m"].large
+    assert {n for n, p in presets.PRESETS.items() if p.offline} == set(BUNDLED) | {REAL}
+    assert all(not presets.PRESETS[n].large for n in BUNDLED)
+    assert presets.PRESETS[REAL].large and presets.PRESETS[REAL].ram_gb >= 9
+    assert presets.PRESETS["qwen2.5-1.5b"].large and not presets.PRESETS["smollm2-360m"].large
 
 
 def test_a_large_pair_evicts_the_other_large_pairs_only(loads):
@@ -56,12 +56,12 @@ def test_a_large_pair_evicts_the_other_large_pairs_only(loads):
 
 
 def test_a_user_chosen_hub_pair_counts_as_large(loads, monkeypatch):
-    monkeypatch.setenv(models.ALLOW_HUB_MODELS_ENV, "1")
+    monkeypatch.setenv(presets.ALLOW_HUB_MODELS_ENV, "1")
     chosen = "Qwen/Qwen2.5-7B-Instruct|Qwen/Qwen2.5-0.5B-Instruct"
     models.get_pair(REAL)
     models.get_pair(chosen)
     assert held() == {chosen}
-    monkeypatch.delenv(models.ALLOW_HUB_MODELS_ENV)  # it can no longer be looked up: still large
+    monkeypatch.delenv(presets.ALLOW_HUB_MODELS_ENV)  # it can no longer be looked up: still large
     models.get_pair(REAL)
     assert held() == {REAL}
 

@@ -4,7 +4,7 @@ command that installs it, where it is not set up (it needs a 1.6 GB download and
 
 import pytest
 
-from specviz.core import models
+from specviz.core import models, presets, weights
 from specviz.core.pipeline import compare, make_request
 from specviz.core.wheel_parts import SETUP_COMMAND
 
@@ -17,13 +17,13 @@ MAX_NEW_TOKENS = 32
 
 @pytest.fixture(scope="module")
 def comparison():
-    preset = models.PRESETS[models.REAL_PAIR_PRESET]
-    missing = [models.set_up_folder(models.SET_UP_MODELS[hub_id]) for hub_id in (preset.target, preset.draft)
-               if not (models.set_up_folder(models.SET_UP_MODELS[hub_id]) / "config.json").is_file()]
+    preset = presets.PRESETS[presets.REAL_PAIR_PRESET]
+    missing = [weights.set_up_folder(weights.SET_UP_MODELS[hub_id]) for hub_id in (preset.target, preset.draft)
+               if not (weights.set_up_folder(weights.SET_UP_MODELS[hub_id]) / "config.json").is_file()]
     if missing:
         pytest.skip(f"the real pair is not set up ({', '.join(str(m) for m in missing)} missing): "
                     f"install it with `{SETUP_COMMAND}`")
-    pair = models.get_pair(models.REAL_PAIR_PRESET)
+    pair = models.get_pair(presets.REAL_PAIR_PRESET)
     assert pair.vocab_size == 151936
     return compare(pair, make_request(PROMPT, MODES, MAX_NEW_TOKENS))
 

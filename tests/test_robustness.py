@@ -286,15 +286,15 @@ def test_every_setting_in_the_code_is_in_the_readme_limits_table():
 
 @pytest.mark.parametrize("damage", ["missing", "half-written", "corrupt", "corrupt-twice"])
 def test_the_bundled_cache_is_rebuilt_once_when_damaged(tmp_path, monkeypatch, damage):
-    """The retry logic of `_load_bundled_target` with the unpacking and loading faked (fast); the real
+    """The retry logic of `weights.load_bundled_target` with the unpacking and loading faked (fast); the real
     rebuild from the GGUF is tests/test_models_cache.py."""
     import transformers
 
-    from specviz.core import models
+    from specviz.core import weights
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: object())  # the package is there
-    folder = tmp_path / models.BUNDLED_CACHE_NAME
+    monkeypatch.setattr(weights.importlib.util, "find_spec", lambda name: object())  # the package is there
+    folder = tmp_path / weights.BUNDLED_CACHE_NAME
     if damage != "missing":
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"partial")
@@ -312,13 +312,13 @@ def test_the_bundled_cache_is_rebuilt_once_when_damaged(tmp_path, monkeypatch, d
             raise OSError("unreadable cache")
         return "loaded"
 
-    monkeypatch.setattr(models, "_unpack_bundled", fake_unpack)
+    monkeypatch.setattr(weights, "_unpack_bundled", fake_unpack)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_load)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake_load)
     if damage == "corrupt-twice":
         with pytest.raises(OSError):
-            models._load_bundled_target()
+            weights.load_bundled_target()
         assert len(unpacked) == 1  # one rebuild, then the error: no loop
     else:
-        assert models._load_bundled_target() == ("loaded", "loaded")
+        assert weights.load_bundled_target() == ("loaded", "loaded")
         assert len(unpacked) == 1

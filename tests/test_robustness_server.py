@@ -79,7 +79,7 @@ def test_the_api_lists_only_what_a_script_calls(served):
 
 
 def test_presets_and_examples_are_data(served):
-    from specviz.core.models import PRESETS
+    from specviz.core.presets import PRESETS
     from specviz.ui.files import load_examples
 
     _, url, _ = served

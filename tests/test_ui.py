@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specviz.core.models import PRESETS
 from specviz.core.policies import parse_modes
+from specviz.core.presets import PRESETS
 from specviz.core.trace import Baseline, Comparison, Round, Trace
 from specviz.errors import SpecVizError
 from specviz.ui.columns import (

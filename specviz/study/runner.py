@@ -154,7 +154,7 @@ class Meta:
 def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
-    from ..core.models import get_preset
+    from ..core.presets import get_preset
 
     names = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
     if not names:

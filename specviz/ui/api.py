@@ -14,7 +14,8 @@ from contextlib import nullcontext
 from typing import Any
 
 from ..core import pipeline
-from ..core.models import PRESETS, get_preset, wait_for_pair
+from ..core.models import wait_for_pair
+from ..core.presets import PRESETS, get_preset
 from ..core.policies import DEFAULT_MODES
 from ..errors import SpecVizError
 from .files import example_comparison, load_examples

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from ..core.models import DEFAULT_PRESET
 from ..core.policies import DEFAULT_MODES
+from ..core.presets import DEFAULT_PRESET
 from ..errors import SpecVizError
 from . import api
 from .events import MODEL_LOCK, TURNS

@@ -21,7 +21,8 @@ import gradio as gr
 import pandas as pd
 
 from ..core import gpu
-from ..core.models import DEFAULT_PRESET, ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
+from ..core.models import ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
+from ..core.presets import DEFAULT_PRESET
 from ..core.pipeline import Limits, compare_preset, make_request, prompt_ids_for, run_preset
 from ..errors import SpecVizError
 from ..study.analysis import measured_draft_cost_ratio

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.models import BUILTIN_DEFAULT_PRESET
+from ..core.presets import BUILTIN_DEFAULT_PRESET
 from ..core.trace import Comparison
 from ..errors import SpecVizError
 from .render import metrics_html, render_trace

@@ -16,8 +16,9 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from ..core.models import DEFAULT_PRESET, PRESETS, load_state
+from ..core.models import load_state
 from ..core.pipeline import Limits
+from ..core.presets import DEFAULT_PRESET, PRESETS
 from . import endpoints
 from .columns import ALL_COLUMNS, EXTRA_COLUMNS, column_htmls, load_status_html, preset_info, status_html
 from .events import (

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core.models import PRESETS
+from ..core.presets import PRESETS
 
 STALE_S = 15.0  # a live run shows a sign of life several times a second
 EARLY_FRACTION = 0.05  # below this much progress, a run's own estimate is better than extrapolation
