@@ -191,9 +191,9 @@ def test_eos_as_the_first_token_gives_empty_answers_with_correct_counts(bundled_
         assert trace.stop_reason == "eos" and trace.target_passes == 1 and trace.lossless is True, trace.label
 
     from specviz.core import pipeline
-    from specviz.ui import events
+    from specviz.ui import turns
 
-    monkeypatch.setattr(events, "wait_for_pair", lambda name: iter([stopping]))
+    monkeypatch.setattr(turns, "wait_for_pair", lambda name: iter([stopping]))
     monkeypatch.setattr(pipeline, "get_pair", lambda name: stopping)  # what run_preset runs on
     status, columns = run_app(max_new_tokens=16)
     assert state_of(status) == "done", message_of(status)

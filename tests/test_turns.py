@@ -115,3 +115,30 @@ def test_the_waiting_message_names_the_queue_and_the_wait():
         Standing(3, 300))
     assert "and 1 more is waiting" in waiting_message(Standing(2, None))
     assert "as soon as the models are free" in waiting_message(Standing(2, None))
+
+
+def test_a_run_waits_its_turn_then_gets_the_pair_loaded_in_it(clock, monkeypatch):
+    """take_turn, shared by the page's runs and the API's: Standing while another run holds the
+    models, then the pair's load states, then the pair; the pair is never asked for before."""
+    from specviz.core.models import LoadState
+    from specviz.ui import turns as turns_module
+
+    asked = []
+
+    def fake_wait_for_pair(name):
+        asked.append(name)
+        yield LoadState("loading", "Reading the target")
+        yield "the pair"
+
+    monkeypatch.setattr(turns_module, "wait_for_pair", fake_wait_for_pair)
+    turns = Turns(clock=clock)
+    holder, me = turns.join(30.0), turns.join(20.0)
+    assert turns.try_start(holder)
+    steps = turns_module.take_turn(turns, me, "some-preset", poll_s=0)
+    assert next(steps) == Standing(1, 30.0) and next(steps) == Standing(1, 30.0)
+    assert asked == []
+    turns.leave(holder)
+    loading = next(steps)
+    assert isinstance(loading, LoadState) and loading.step == "Reading the target" and asked == ["some-preset"]
+    assert next(steps) == "the pair" and next(steps, None) is None
+    assert turns.alive(me)  # it holds the models until it leaves

@@ -8,20 +8,16 @@ everything else the page does is kept out of the API. `compare` streams the same
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
 from ..core import pipeline
-from ..core.models import wait_for_pair
-from ..core.presets import PRESETS, get_preset
 from ..core.policies import DEFAULT_MODES
+from ..core.presets import PRESETS, get_preset
 from ..errors import SpecVizError
 from .files import example_comparison, load_examples
-from .turns import Turns, expected_seconds
-
-WAIT_POLL_S = 0.5
+from .turns import Turns, expected_seconds, take_turn
 
 
 def presets() -> list[dict[str, Any]]:
@@ -64,12 +60,9 @@ def compare(prompt: str, preset: str, max_new_tokens: int, modes: str = DEFAULT_
     turns = turns or Turns()
     ticket = turns.join(expected_s)
     try:
-        while not turns.try_start(ticket):
-            time.sleep(WAIT_POLL_S)
-        # Loaded in its turn, so that a large pair never evicts the one a running comparison uses.
-        for loaded in wait_for_pair(preset):  # one that cannot load is a SpecVizError too
-            turns.alive(ticket)
-        pipeline.prompt_ids_for(loaded, request, limits)  # a prompt too long for the pair
+        # Waits without a word: between calls, Gradio's own queue events tell a client its place.
+        *_, pair = take_turn(turns, ticket, preset)  # a pair that cannot load is a SpecVizError too
+        pipeline.prompt_ids_for(pair, request, limits)  # a prompt too long for the pair
         steps = pipeline.run_preset(preset, request, limits)
         finished, update = 0, None
         while True:

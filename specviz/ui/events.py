@@ -21,9 +21,9 @@ import gradio as gr
 import pandas as pd
 
 from ..core import gpu
-from ..core.models import ModelLoadError, ModelPair, get_pair, load_state, wait_for_pair
-from ..core.presets import DEFAULT_PRESET
+from ..core.models import LoadState, ModelLoadError, get_pair, load_state
 from ..core.pipeline import Limits, compare_preset, make_request, prompt_ids_for, run_preset
+from ..core.presets import DEFAULT_PRESET
 from ..errors import SpecVizError
 from ..study.analysis import measured_draft_cost_ratio
 from ..study.sweep import sweep
@@ -49,7 +49,7 @@ from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_fi
 from .presentation import presentation_requested
 from .render import SUMMARY_HEADERS, render_trace, summary_rows
 from .replay import replay_html, replay_step
-from .turns import Turns, expected_seconds, waiting_message
+from .turns import Standing, Turns, expected_seconds, take_turn, waiting_message
 
 logger = logging.getLogger("specviz.app")
 
@@ -59,7 +59,6 @@ MODEL_LOCK = threading.Lock()
 # Whole comparisons take turns, first come first served, so that a waiting visitor can be told
 # where it stands (turns.py); MODEL_LOCK still guards each step.
 TURNS = Turns()
-WAIT_POLL_S = 0.5
 NOT_STARTED = "not started yet: another run has the models"
 
 
@@ -135,18 +134,16 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
         expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
         limits = limits.allowing(expected_s)
         ticket = TURNS.join(expected_s, owner=_session(visitor))
-        while not TURNS.try_start(ticket):
-            yield _outputs(status_html(waiting_message(TURNS.standing(ticket)), "waiting"),
-                           _columns(None, active, running=False, note=NOT_STARTED))
-            time.sleep(WAIT_POLL_S)
         pair = None
-        for state in wait_for_pair(preset):
-            TURNS.alive(ticket)
-            if isinstance(state, ModelPair):
-                pair = state
-            else:  # a Run pressed during a cold start waits for it, saying which step runs
+        for state in take_turn(TURNS, ticket, preset):
+            if isinstance(state, Standing):  # another run has the models
+                yield _outputs(status_html(waiting_message(state), "waiting"),
+                               _columns(None, active, running=False, note=NOT_STARTED))
+            elif isinstance(state, LoadState):  # a Run pressed during a cold start waits for it, saying which step runs
                 yield (load_status_html(state, preset), *_columns(None, active), None, None, summary_table(None), None,
                        gr.skip())
+            else:
+                pair = state
         eos = sorted(pair.eos_token_ids)
         prompt_ids_for(pair, request, limits)  # a prompt too long for the pair: said here, before any model work
         yield _outputs(status_html("Starting…", "running"), _columns(None, active), eos=eos)

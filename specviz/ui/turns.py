@@ -16,11 +16,13 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..core.models import LoadState, ModelPair, wait_for_pair
 from ..core.presets import PRESETS
 
+POLL_S = 0.5  # how often a waiting run asks for its turn (and a waiting page hears where it stands)
 STALE_S = 15.0  # a live run shows a sign of life several times a second
 EARLY_FRACTION = 0.05  # below this much progress, a run's own estimate is better than extrapolation
 
@@ -127,6 +129,20 @@ class Turns:
     def _drop_stale(self) -> None:
         now = self.clock()
         self._tickets = [t for t in self._tickets if now - t.seen <= self.stale_s]
+
+
+def take_turn(turns: Turns, ticket: Ticket, preset: str,
+              poll_s: float = POLL_S) -> Iterator[Standing | LoadState | ModelPair]:
+    """Wait for the ticket's turn with the models, then get the preset's pair in that turn, so
+    that a large pair never evicts the one a running comparison uses. Yields the ticket's Standing
+    every `poll_s` while it waits, the LoadState while the pair loads, and the pair last. Raises
+    the load's ModelLoadError."""
+    while not turns.try_start(ticket):
+        yield turns.standing(ticket)
+        time.sleep(poll_s)
+    for state in wait_for_pair(preset):
+        turns.alive(ticket)
+        yield state
 
 
 def ordinal(n: int) -> str:
