@@ -61,7 +61,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset(REAL_PAIR_PRESET, "Qwen2.5-Coder-1.5B-Instruct fp32, draft Qwen2.5-Coder-0.5B-Instruct (a real, "
            f"separately trained draft; offline once `{SETUP_COMMAND}` has run, a 1.6 GB download; about 9 GB of "
            "RAM)", "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct", offline=True,
-           setup=SETUP_COMMAND, ram_gb=9.0, draft_dtype="float32", run_s_per_token=0.36),
+           setup=SETUP_COMMAND, ram_gb=9.0, draft_dtype="float32", run_s_per_token=0.5),
     Preset("smollm2-1.7b", "SmolLM2-1.7B-Instruct, draft SmolLM2-135M-Instruct (hub)",
            "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", ram_gb=7.5),
     Preset("smollm2-360m", "SmolLM2-360M-Instruct, draft SmolLM2-135M-Instruct (hub; a separately trained "
