@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .core.models import ModelLoadError, get_pair
 from .core.pipeline import Limits, compare, make_request
-from .core.policies import DEFAULT_MODES
+from .core.policies import DEFAULT_MODES, MAX_MODES
 from .core.presets import DEFAULT_PRESET, PRESETS, REAL_PAIR_PRESET, get_preset
 from .core.trace import Comparison
 from .core.weights import REAL_PAIR_REQUIREMENTS, set_up_pair
@@ -121,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--modes", default=DEFAULT_MODES,
-                   help=f"comma-separated: static:K, heuristic:K0, dynamic:THRESHOLD[:MAX], oracle "
-                        f"(default {DEFAULT_MODES})")
+                   help=f"comma-separated: static:K, heuristic:K0, dynamic:THRESHOLD[:MAX], oracle, "
+                        f"adaptive:T0[:MAX], entropy:H[:MAX]; at most {MAX_MODES}, each once, as in the app and "
+                        f"its API (default {DEFAULT_MODES})")
     c.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     c.add_argument("--seed", type=int, default=None, help="seed for sampling")
     c.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
@@ -153,9 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Commands that live in their own modules (benchmarks, the study)."""
     from .study.bench import register_commands
+    from .study.passcosts import register_commands as register_pass_costs
     from .study.runner import register_commands as register_study
 
-    return [register_commands, register_study]
+    return [register_commands, register_study, register_pass_costs]
 
 
 def main(argv: list[str] | None = None) -> int:

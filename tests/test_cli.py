@@ -22,6 +22,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (["--prompt", "hi", "--modes", "dynamic:2"], "threshold"),
     (["--prompt", "hi", "--modes", "static:1000"], "between 1 and 64"),
     (["--prompt", "hi", "--preset", "no-such-pair"], "Unknown preset"),
+    (["--prompt", "hi", "--modes", ",".join(f"static:{k}" for k in range(1, 10))], "9 modes given; at most 8"),
+    (["--prompt", "hi", "--modes", "oracle,static:5,oracle"], "The mode 'oracle' is named twice"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):
     assert main(["compare", *args]) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -88,3 +89,27 @@ def test_compare_returns_a_lossless_comparison_and_bad_input_a_clear_error(live_
 @pytest.mark.parametrize(("value", "on"), [(None, True), ("1", True), ("0", False), (" 0 ", False), ("yes", True)])
 def test_a_variable_turns_mcp_off(value, on):
     assert mcp_enabled({} if value is None else {"SPECVIZ_MCP": value}) is on
+
+
+def test_a_compare_naming_too_many_modes_or_one_twice_is_refused_at_once(live_app):
+    """1250 modes, or one mode twice, would hold the models for everyone: refused in a second,
+    and the comparison sent right after runs (nothing was left holding the models)."""
+    url, log = live_app
+
+    async def work(session):
+        refused = []
+        for modes in ("static:5," * 1250, "static:5,dynamic:0.4,static:5"):
+            started = time.monotonic()
+            result = await session.call_tool("compare", {"prompt": "Hi", "max_new_tokens": 8, "modes": modes})
+            refused.append((result, time.monotonic() - started))
+        after = await session.call_tool("compare", {"prompt": "Hi", "max_new_tokens": 4, "modes": "static:2"})
+        return refused, after
+
+    refused, after = _session(url, work)
+    (many, many_s), (twice, twice_s) = refused
+    assert many.isError and "1250 modes given; at most 8" in _text(many), _text(many)
+    assert twice.isError and "named twice" in _text(twice), _text(twice)
+    assert many_s < 1.0 and twice_s < 1.0, (many_s, twice_s)
+    assert not after.isError, _text(after)
+    assert [m["policy"] for m in _data(after)["modes"]] == ["static"]
+    assert "Traceback" not in log.read_text()

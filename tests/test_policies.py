@@ -2,6 +2,7 @@
 
 import pytest
 
+from specviz.core.pipeline import make_request
 from specviz.core.policies import (
     MAX_LOOKAHEAD,
     Adaptive,
@@ -168,3 +169,18 @@ def test_parse_modes_knows_the_extra_policies():
     adaptive, entropy = parse_modes("adaptive:0.3:10,entropy:2.5")
     assert make_policy(adaptive).label == "adaptive t0=0.3"
     assert make_policy(entropy).params == {"max_entropy": 2.5, "max_tokens": 20}
+
+
+def test_one_request_names_at_most_eight_modes_each_once():
+    """Each mode is a decoding run with the models held: a request may not ask for hundreds, and a
+    mode named twice (even in two spellings, or under one label) would only repeat a run."""
+    assert len(parse_modes(",".join(f"static:{k}" for k in range(1, 9)))) == 8
+    with pytest.raises(SpecVizError, match="1250 modes given; at most 8"):
+        parse_modes("static:5," * 1250)
+    for twice, label in [("static:5,static:5", "static k=5"), ("dynamic:0.4,dynamic:0.4:20", "dynamic t=0.4"),
+                         ("dynamic:0.4:20,dynamic:0.4:10", "dynamic t=0.4"), ("oracle,static:3,oracle", "oracle")]:
+        with pytest.raises(SpecVizError, match=f"The mode '{label}' is named twice"):
+            parse_modes(twice)
+    assert len(parse_modes("static:3,static:5,heuristic:5,dynamic:0.3,dynamic:0.5")) == 5
+    with pytest.raises(SpecVizError, match="named twice"):  # a list of specs is checked the same way
+        make_request("Hi", [ModeSpec("static", {"num_assistant_tokens": 2})] * 2, 8)

@@ -145,6 +145,8 @@ def test_bad_input_is_a_clear_error_and_the_app_still_serves(served):
         ({"modes": "static:0"}, "between 1 and"),
         ({"modes": "dynamic:1.5"}, "threshold"),
         ({"modes": "warp:9"}, "Unknown mode 'warp'"),
+        ({"modes": "static:5," * 1250}, "1250 modes given; at most 8"),
+        ({"modes": "dynamic:0.4,oracle,dynamic:0.4:20"}, "The mode 'dynamic t=0.4' is named twice"),
         ({"temperature": 5.0}, "Temperature"),
         ({"prompt": "The quick brown fox. " * 5000}, "this server accepts at most 2048 prompt tokens"),
     ]

@@ -19,7 +19,7 @@ from . import gpu
 from .engine import decode_target_only, speculate
 from .models import ModelPair, encode_prompt, get_pair
 from .oracle import oracle_search
-from .policies import ModeSpec, Oracle, Policy, make_policy, parse_modes
+from .policies import ModeSpec, Oracle, Policy, check_modes, make_policy, parse_modes
 from .trace import Baseline, Comparison, Round, Trace, first_difference
 
 MAX_TEMPERATURE = 2.0
@@ -98,6 +98,7 @@ def make_request(prompt: str, modes: str | list[ModeSpec], max_new_tokens: int, 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise SpecVizError(f"The seed must be a whole number of 0 or more, got {seed!r}.")
     specs = parse_modes(modes) if isinstance(modes, str) else list(modes)
+    check_modes(specs)
     return Request(prompt, specs, int(max_new_tokens), float(temperature), seed, chat)
 
 

@@ -265,13 +265,20 @@ class ModeSpec:
 
 
 DEFAULT_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
+# One request's modes: as many as the page has columns for, and a few more. Each mode is a whole
+# decoding run with the models held, so a request naming hundreds would hold them for everyone.
+MAX_MODES = 8
 POLICY_NAMES = ("static", "heuristic", "dynamic", "oracle", "adaptive", "entropy")
 
 
-def parse_modes(text: str) -> list[ModeSpec]:
-    """Parse `static:5,heuristic:5,dynamic:0.4[:20],oracle,adaptive:0.4[:20],entropy:1.0[:20]`."""
+def parse_modes(text: str, max_modes: int = MAX_MODES) -> list[ModeSpec]:
+    """Parse `static:5,heuristic:5,dynamic:0.4[:20],oracle,adaptive:0.4[:20],entropy:1.0[:20]`:
+    at most `max_modes` modes, none twice."""
+    parts = [p.strip() for p in (text or "").split(",") if p.strip()]
+    if len(parts) > max_modes:  # before parsing: a refusal in microseconds, whatever the length
+        raise SpecVizError(f"{len(parts)} modes given; at most {max_modes} can run in one comparison.")
     specs = []
-    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+    for part in parts:
         name, _, arg = part.partition(":")
         name = name.strip().lower()
         if name not in POLICY_NAMES:
@@ -296,7 +303,22 @@ def parse_modes(text: str) -> list[ModeSpec]:
         specs.append(spec)
     if not specs:
         raise SpecVizError("No modes given: use e.g. " + DEFAULT_MODES)
+    check_modes(specs, max_modes)
     return specs
+
+
+def check_modes(specs: Sequence[ModeSpec], max_modes: int = MAX_MODES) -> None:
+    """Refuse more than `max_modes` modes, or one mode twice: its run would only repeat the first
+    (greedy decoding gives the same rounds), and two runs under one label cannot be told apart in
+    the columns, the exports or the API's answer."""
+    if len(specs) > max_modes:
+        raise SpecVizError(f"{len(specs)} modes given; at most {max_modes} can run in one comparison.")
+    seen: set[str] = set()
+    for spec in specs:
+        label = "oracle" if spec.policy == "oracle" else make_policy(spec).label
+        if label in seen:
+            raise SpecVizError(f"The mode {label!r} is named twice: name each mode once.")
+        seen.add(label)
 
 
 def make_policy(spec: ModeSpec, oracle: Oracle | None = None) -> Policy:

@@ -26,7 +26,7 @@ from typing import Any
 from ..core.engine import TransformersDrafter, generate, target_only
 from ..core.models import ModelPair, encode_prompt, get_pair
 from ..core.pipeline import Limits, compare, make_request
-from ..core.policies import DEFAULT_MODES, ModeSpec, make_policy, parse_modes
+from ..core.policies import DEFAULT_MODES, MAX_MODES, ModeSpec, make_policy, parse_modes
 from ..core.presets import DEFAULT_PRESET, get_preset
 from ..core.trace import Comparison
 from ..errors import SpecVizError
@@ -518,7 +518,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
     b = commands.add_parser("bench", help="run prompt suites through every mode; write CSV, summary and plots")
     b.add_argument("--suite", action="append", required=True, help="JSON Lines prompt suite (repeatable)")
     b.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
-    b.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated modes (default {DEFAULT_MODES})")
+    b.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated modes, at most {MAX_MODES}, each once (default {DEFAULT_MODES})")
     b.add_argument("--max-new-tokens", type=int, default=128)
     b.add_argument("--limit", type=int, default=None, help="first N prompts of each suite")
     b.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
