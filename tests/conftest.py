@@ -18,7 +18,16 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 def pytest_collection_modifyitems(items):
     """The model and browser tests first: the workers start on the long units of work, and the
-    short unit tests fill in at the end (xdist hands out work in collection order)."""
+    short unit tests fill in at the end (xdist hands out work in collection order).
+
+    SPECVIZ_TEST_ORDER=reversed runs each module's tests in the opposite order: no test may rely on
+    what an earlier one left behind in a shared app or fixture, and this is how that is checked."""
+    if os.environ.get("SPECVIZ_TEST_ORDER", "").strip() == "reversed":
+        first: dict[str, int] = {}
+        for i, item in enumerate(items):
+            first.setdefault(item.nodeid.partition("::")[0], i)
+        order = {id(item): (first[item.nodeid.partition("::")[0]], -i) for i, item in enumerate(items)}
+        items.sort(key=lambda item: order[id(item)])
     items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("browser")))
 
 

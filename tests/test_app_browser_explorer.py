@@ -73,7 +73,8 @@ def test_greedy_run_replay_sweep_and_import(live_app, browser):
     page.wait_for_timeout(800)
     assert replay_state(page)["round"] == "1"
     page.wait_for_timeout(1200)  # the round's verdict shows 0.8 s after its draft
-    page.locator("#replay").screenshot(path=str(ROOT / "docs" / "replay.png"))
+    (ROOT / "artifacts").mkdir(exist_ok=True)  # docs/replay.png is scripts/screenshots.py's, not a test's
+    page.locator("#replay").screenshot(path=str(ROOT / "artifacts" / "replay.png"))
 
     # Downloads are ready; import the JSON again: same columns, no model run.
     link = page.wait_for_selector("#downloads a[href*='comparison.json']", timeout=30_000)

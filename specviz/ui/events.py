@@ -173,7 +173,7 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             now = time.monotonic()
             done = None if update is None else update.fraction_done(request)
             if not TURNS.alive(ticket, done):
-                logger.warning("a run stranded for longer than %.0f s lost its turn; it stops", TURNS.stale_s)
+                _log_lost_turn()
                 return
             if update is None:  # a long engine step: the status says the run goes on
                 if now - sent_page >= STILL_RUNNING_S:
@@ -198,6 +198,9 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                            *(_charts(shown) if charts else (None, None)),
                            summary_table(comparison) if ended else None, comparison if ended else None)
         if comparison is not None:
+            if not TURNS.alive(ticket):  # Stop came during the last step: its "Stopped" stays on the page
+                _log_lost_turn()
+                return
             state = "warning" if comparison.partial else "done"
             note = "not run: time budget ran out" if comparison.partial else None
             logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s (as the engine reports it)",
@@ -220,6 +223,11 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
     finally:
         if ticket is not None:
             TURNS.leave(ticket)
+
+
+def _log_lost_turn() -> None:
+    logger.info("a run lost its turn (its visitor pressed Stop, or it was stranded for over %.0f s); it stops",
+                TURNS.stale_s)
 
 
 def _session(visitor: gr.Request | None) -> str | None:

@@ -198,6 +198,8 @@ def _wire_page(demo: gr.Blocks, p: SimpleNamespace) -> None:
     demo.load(None, p.preset, None, js=preset_title_js, queue=False, **QUIET)
     p.model_timer.tick(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
     demo.load(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
+    # The line follows the pair menu, whether a visitor or an example set it.
+    p.preset.change(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
     for checkbox, box in zip([p.adaptive_on, p.entropy_on], p.extra_boxes):
         checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False, **QUIET)
     p.present.change(None, p.present, None, js=TOGGLE_JS, queue=False, **QUIET)
@@ -226,8 +228,9 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
         trigger_mode="multiple",
     )
     _then_views(run_event, p)
-    p.stop_button.click(stop, inputs=[p.last], outputs=[p.status, *p.columns], cancels=[run_event], **QUIET,
-                        concurrency_id="specviz-stop", concurrency_limit=None)
+    # Stop does no model work: outside the queue, so that nothing queued can hold its answer back.
+    p.stop_button.click(stop, inputs=[p.last], outputs=[p.status, *p.columns], cancels=[run_event], queue=False,
+                        **QUIET)
     imported = _then_views(p.upload.upload(import_json, p.upload, p.view_all, **NO_MODEL), p)
     imported.then(lambda: None, None, p.upload, queue=False, **QUIET)  # ready for the next file
     for button, example in zip(p.example_buttons, examples):
