@@ -1,6 +1,7 @@
-"""The real pair offline (Qwen2.5-Coder-1.5B-Instruct fp32, draft Qwen2.5-Coder-0.5B-Instruct), when it
-is set up in the model cache: one short coding prompt through every policy. Skipped, naming the
-command that installs it, where it is not set up (it needs a 1.6 GB download and about 9 GB of RAM)."""
+"""The real pair offline (Qwen2.5-Coder-1.5B-Instruct, draft Qwen2.5-Coder-0.5B-Instruct, in the set-up
+cpu.py chooses for this CPU), when it is set up in the model cache: one short coding prompt through
+every policy. Skipped, naming the command that installs it, where it is not set up (it needs a 1.6 GB
+download and up to 11 GB of RAM while it loads)."""
 
 import pytest
 
@@ -25,6 +26,7 @@ def comparison():
                     f"install it with `{SETUP_COMMAND}`")
     pair = models.get_pair(presets.REAL_PAIR_PRESET)
     assert pair.vocab_size == 151936
+    assert pair.setup.startswith("target ") and "; draft " in pair.setup  # the model line says what runs
     return compare(pair, make_request(PROMPT, MODES, MAX_NEW_TOKENS))
 
 

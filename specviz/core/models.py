@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import SpecVizError
-from . import gpu, weights
+from . import cpu, gpu, weights
 from .presets import DEFAULT_PRESET, Preset, get_preset
 
 
@@ -38,6 +38,7 @@ class ModelPair:
     max_context: int
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (cpu.py)
 
 
 def int8_draft(target: torch.nn.Module) -> torch.nn.Module:
@@ -76,13 +77,18 @@ def build_pair(preset: str, target: torch.nn.Module, draft: torch.nn.Module, tok
     """Wrap two loaded models (any causal LMs sharing `tokenizer`) as a pair ready for the engine."""
     target.eval()
     draft.eval()
-    vocab = min(target.get_output_embeddings().weight.shape[0], _draft_vocab(draft))
+    vocab = min(_output_rows(target), _draft_vocab(draft))
     return ModelPair(
         preset=preset, target=target, draft=draft, tokenizer=tokenizer,
         device=device or next(target.parameters()).device, vocab_size=vocab,
         eos_token_ids=_eos_ids(target, tokenizer),
         max_context=int(getattr(target.config, "max_position_embeddings", 2048) or 2048),
     )
+
+
+def _output_rows(model: torch.nn.Module) -> int:
+    output = model.get_output_embeddings()
+    return int(getattr(output, "out_features", None) or output.weight.shape[0])
 
 
 def _draft_vocab(draft: torch.nn.Module) -> int:
@@ -127,15 +133,25 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         say(f"Building the {preset.draft} draft")
         draft = int8_draft(target) if preset.draft == "int8" else bf16_draft(target)
         pair = build_pair(name, target, draft, tokenizer, torch.device("cpu"))
+        pair.setup = "target fp32; draft " + ("int8 dynamic" if preset.draft == "int8" else "bf16 copy")
     else:
         device = gpu.device()
         say(f"Loading target {preset.target}")
         target, tokenizer = weights.load_model(preset, name, preset.target, device, gpu.model_dtype(device), say)
+        setup = []
+        if device.type == "cpu":  # before the draft loads: converting needs room for both copies of the target
+            say("Choosing the target's set-up for this CPU")
+            choice = cpu.choose_target(target)
+            setup.append(f"{cpu.prepare_target(target, choice.setup, choice.sizes)}: {choice.why}")
         say(f"Loading draft {preset.draft}")
         draft, draft_tokenizer = weights.load_model(preset, name, preset.draft, device,
                                                     gpu.model_dtype(device, _dtype(preset.draft_dtype)), say)
+        if device.type == "cpu":
+            choice = cpu.choose_draft()
+            setup.append(f"{cpu.prepare_draft(draft, choice.setup)}: {choice.why}")
         check_same_vocabulary(tokenizer, draft_tokenizer)
         pair = build_pair(name, target, draft, tokenizer, device)
+        pair.setup = "; ".join(setup) or f"target and draft in {gpu.model_dtype(device)} on {device.type}"
     if gpu.warms_up(pair.device):
         say("Warming up both models")
         warm_up(pair)
@@ -178,6 +194,12 @@ class LoadState:
 _pairs: dict[str, ModelPair] = {}
 _pairs_lock = threading.Lock()
 _load_states: dict[str, LoadState] = {}
+
+
+def pair_setup(name: str) -> str:
+    """What runs in the loaded pair of a preset (see cpu.py), or "" when it is not loaded."""
+    pair = _pairs.get(name)
+    return pair.setup if pair is not None else ""
 
 
 def load_state(name: str) -> LoadState:

@@ -30,8 +30,8 @@ class Preset:
     offline: bool = False  # works without the hub (bundled, or once `setup` has run)
     setup: str | None = None  # for an offline pair that is not bundled: the command that installs its files
     ram_gb: float | None = None  # about how much RAM the loaded pair takes; None: unknown, counted as large
-    # The dtype of a draft loaded from its own weights, on the CPU (on a GPU both models load in bf16: gpu.py).
-    # The target stays fp32 there: its numerics decide the lossless check.
+    # The dtype a draft with weights of its own is loaded in, on the CPU (on a GPU both models load in bf16:
+    # gpu.py); cpu.py may then set it up in bf16 for the CPU it runs on, and the target likewise.
     draft_dtype: str = "float32"
     # Seconds per new token of one decoding run (a policy, or target-only) on a 2-core CPU, as
     # measured: what the page's estimate of a run's duration is made from. None: not measured.
@@ -58,9 +58,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("smollm2-135m-bf16", "SmolLM2-135M-Instruct fp32, draft: its bf16 copy "
            "(bundled, offline; near-perfect agreement)", "bundled", "bf16", offline=True, ram_gb=1.0,
            run_s_per_token=0.08),
-    Preset(REAL_PAIR_PRESET, "Qwen2.5-Coder-1.5B-Instruct fp32, draft Qwen2.5-Coder-0.5B-Instruct (a real, "
-           f"separately trained draft; offline once `{SETUP_COMMAND}` has run, a 1.6 GB download; about 9 GB of "
-           "RAM)", "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct", offline=True,
+    Preset(REAL_PAIR_PRESET, "Qwen2.5-Coder-1.5B-Instruct, draft Qwen2.5-Coder-0.5B-Instruct (a real, "
+           f"separately trained draft; offline once `{SETUP_COMMAND}` has run, a 1.6 GB download; bf16 where the "
+           "CPU has native bf16, else fp32; 5-9 GB of RAM)", "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct", offline=True,
            setup=SETUP_COMMAND, ram_gb=9.0, draft_dtype="float32", run_s_per_token=0.5),
     Preset("smollm2-1.7b", "SmolLM2-1.7B-Instruct, draft SmolLM2-135M-Instruct (hub)",
            "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", ram_gb=7.5),

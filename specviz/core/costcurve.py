@@ -1,0 +1,123 @@
+"""What a forward pass costs on this machine: the target's pass over a window of new tokens after
+a KV cache of realistic length, the draft's one-token call and its prompt prefill.
+
+Speculative decoding's arithmetic rests on these numbers (a window of k checked for about one
+pass, a draft call at a small fraction of one), and they differ by machine and set-up (cpu.py).
+`python -m specviz pass-costs` prints them; a lookahead rule that prices its rounds can measure
+them at load in a few seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .engine import CachedModel
+
+if TYPE_CHECKING:
+    from .models import ModelPair
+
+WINDOWS = (1, 2, 4, 8, 12, 16, 20)
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Median milliseconds per call, measured in one sitting."""
+
+    cpu: str
+    setup: str  # what ran (ModelPair.setup)
+    context: int  # tokens in the KV cache before each timed call
+    windows: tuple[int, ...]
+    target_ms: tuple[float, ...]  # the target's pass over each window of new tokens (logits for every row)
+    draft_call_ms: float  # the draft's one-token call
+    draft_prefill_ms: float  # the draft reading `context` tokens in one call
+
+    def target_pass_ms(self, window: int) -> float:
+        """The target's pass over `window` new tokens, interpolated between measured windows."""
+        points = list(zip(self.windows, self.target_ms))
+        if window <= points[0][0]:
+            return points[0][1]
+        for (w0, t0), (w1, t1) in itertools.pairwise(points):
+            if window <= w1:
+                return t0 + (t1 - t0) * (window - w0) / (w1 - w0)
+        (w0, t0), (w1, t1) = points[-2], points[-1]
+        return t1 + (t1 - t0) / (w1 - w0) * (window - w1)
+
+    def ratio(self, window: int) -> float:
+        """The pass over `window` tokens in one-token passes."""
+        return self.target_pass_ms(window) / self.target_ms[0]
+
+    @property
+    def draft_ratio(self) -> float:
+        return self.draft_call_ms / self.target_ms[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _timed(call, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WINDOWS, repeats: int = 5,
+            cpu_name: str = "") -> CostCurve:
+    """Time each call `repeats` times (median) after one untimed warm-up, on random token ids (a
+    pass's cost does not depend on which tokens it reads)."""
+    generator = torch.Generator().manual_seed(0)
+    longest = max(windows)
+    ids = torch.randint(0, pair.vocab_size, (context + longest,), generator=generator).tolist()
+    prompt, after = ids[:context], ids[context:]
+
+    with torch.inference_mode():
+        target = CachedModel(pair.target, pair.vocab_size, pair.device)
+        target.forward(prompt)
+
+        def target_pass(window: int) -> None:
+            target.forward(after[:window], keep=window)
+            target.crop(context)
+
+        target_ms = []
+        for window in windows:
+            target_pass(window)  # warm-up: the first call at a new shape sets up its kernels
+            target_ms.append(_timed(lambda w=window: target_pass(w), repeats))
+
+        draft = CachedModel(pair.draft, pair.vocab_size, pair.device)
+
+        def draft_prefill() -> None:
+            draft.crop(0)
+            draft.forward(prompt)
+
+        draft_prefill()
+        prefill_ms = _timed(draft_prefill, repeats)
+
+        def draft_call() -> None:
+            draft.forward(after[:1])
+            draft.crop(context)
+
+        draft_call()
+        call_ms = _timed(draft_call, repeats)
+    return CostCurve(cpu=cpu_name, setup=pair.setup, context=context, windows=tuple(windows),
+                     target_ms=tuple(target_ms), draft_call_ms=call_ms, draft_prefill_ms=prefill_ms)
+
+
+def table(curve: CostCurve) -> list[str]:
+    """The curve as printed lines: each call in ms and in one-token target passes."""
+    lines = [f"CPU: {curve.cpu}", f"set-up: {curve.setup}", f"KV cache before each call: {curve.context} tokens",
+             "", f"{'call':<34}{'ms':>9}{'passes':>9}"]
+    for window, ms in zip(curve.windows, curve.target_ms):
+        lines.append(f"{'target, ' + str(window) + ' new token' + ('s' if window > 1 else ''):<34}"
+                     f"{ms:>9.1f}{ms / curve.target_ms[0]:>9.2f}")
+    lines.append(f"{'draft, one-token call':<34}{curve.draft_call_ms:>9.1f}{curve.draft_ratio:>9.2f}")
+    lines.append(f"{'draft, prefill of the context':<34}{curve.draft_prefill_ms:>9.1f}"
+                 f"{curve.draft_prefill_ms / curve.target_ms[0]:>9.2f}")
+    return lines

@@ -1,0 +1,303 @@
+"""How a loaded model is set up for the CPU it runs on: the target's check of a window of draft
+tokens at about the price of one token, and the draft at its cheapest.
+
+Speculative decoding pays because the target checks k draft tokens in one forward pass that
+costs about as much as decoding one. In fp32 on this project's CPUs it does not: torch's matrix
+product over a few rows repacks the whole weight matrix on every call, about three times the
+memory traffic of its one-row path, so a pass over 8 tokens cost 2.5-2.9 one-token passes
+(docs/BENCHMARKS.md, "What a pass costs"). In bf16 on a CPU with native bf16 (AMX or
+AVX512-BF16) oneDNN's product costs about the same for 1 to 20 rows, and less than fp32's
+one-row path once each weight is packed for it (done once, at load: what torch's inductor does
+when it freezes a model).
+
+A target whose numbers depend on how many tokens a pass reads would make "lossless" a matter of
+rounding luck. In bf16 each Linear gives a row the same bits whether it is computed alone or
+among 20 rows; attention does not: transformers' sdpa path lays out one query row (its GQA
+packing) differently from several, and the fused kernel's blocking depends on the number of
+rows. So the bf16 set-up computes attention one query row at a time, each row with exactly the
+call a one-token pass makes (`row_attention`). Then a row's logits are bitwise the same in a
+verification pass of any length and in target-only decoding, and greedy speculative decoding is
+lossless by construction. `rows_exact` checks that on the machine at hand before the set-up is
+used; where it fails, or the CPU has no native bf16, the target stays as loaded (fp32).
+
+The draft's numbers need not equal anything: the engine feeds it one token per call, which makes
+its guess a function of the text alone (engine.Drafter). It only has to be cheap: bf16 with
+packed weights where the CPU has native bf16.
+
+SPECVIZ_TARGET_SETUP and SPECVIZ_DRAFT_SETUP (fp32, bf16 or auto) force a choice. A GPU keeps its
+own path (gpu.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import gc
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROW_ATTENTION = "specviz_rows"
+# Every product of a packed Linear runs on one of these row counts (the rows padded with zeros, a
+# longer input in blocks of the largest): oneDNN picks its kernel, and its order of summation, by
+# the row count, so a fixed count gives a row the same bits in a one-token pass, a verification
+# window or the prompt's prefill. Measured on an AMX Xeon (8960x1536 and the 151936-row output
+# layer): 16 and 32 rows give every row the same bits, 48 and 64 do not, and up to 16 rows cost
+# about what one row does. `bf16_rows_exact` checks the pair of sizes at load, and falls back to
+# 16 alone (exact by construction) where they differ.
+ROW_SIZES = (16, 32)
+SETUPS = ("fp32", "bf16", "bf16-fast")
+TARGET_SETUP_ENV = "SPECVIZ_TARGET_SETUP"
+DRAFT_SETUP_ENV = "SPECVIZ_DRAFT_SETUP"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the CPU can do, as far as the set-up cares."""
+
+    name: str  # the CPU's model name, for every figure measured on it
+    native_bf16: bool  # AMX or AVX512-BF16, and a torch whose oneDNN uses them
+    flags: frozenset[str]
+
+    def describe(self) -> str:
+        found = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in self.flags]
+        return f"{self.name} ({', '.join(found) or 'no AVX2'})"
+
+
+@lru_cache(maxsize=1)
+def machine() -> Machine:
+    name, flags = "unknown CPU", frozenset()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and name == "unknown CPU":
+                name = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = frozenset(value.split())
+    except OSError:  # not Linux: no flags known, so nothing is assumed
+        pass
+    return Machine(name, _has_native_bf16(flags), flags)
+
+
+def _has_native_bf16(flags: frozenset[str]) -> bool:
+    if not ({"amx_bf16", "avx512_bf16"} & flags) or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+# ---- the pieces of the bf16 set-up ---------------------------------------------------------
+
+
+class PackedLinear(torch.nn.Module):
+    """A Linear layer in bf16 whose weight is packed once for oneDNN's matrix product: about as
+    fast for 20 rows as for one, and each row's result the same bits whatever the row count."""
+
+    def __init__(self, linear: torch.nn.Linear, sizes: tuple[int, ...] | None = ROW_SIZES):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.sizes = sizes  # row counts a product may have (None: as many as come: a draft need not be exact)
+        weight = linear.weight.detach().to(torch.bfloat16)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+        self.bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        if self.sizes is None:
+            return self._product(rows).reshape(*x.shape[:-1], self.out_features)
+        count, largest = rows.shape[0], self.sizes[-1]
+        size = next((s for s in self.sizes if s >= count), largest)
+        padded = size if count <= largest else -(-count // largest) * largest
+        if padded != count:
+            rows = torch.cat([rows, rows.new_zeros(padded - count, self.in_features)])
+        out = torch.cat([self._product(block) for block in rows.split(largest)])[:count]
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bf16 packed for oneDNN"
+
+
+def row_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                  **kwargs) -> tuple[torch.Tensor, None]:
+    """Causal attention one query row at a time (transformers' attention interface): row i of a
+    pass over n new tokens attends to the keys up to its own position with the very call that a
+    one-token pass at that position makes, so its result is the same bits. A batch of one
+    sequence without padding, as the engine runs; the mask is not needed then."""
+    batch, heads, rows, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    group = heads // kv_heads  # grouped-query attention: `group` query heads share a key/value head
+    out = []
+    for row in range(rows):
+        seen = length - rows + row + 1
+        q = query[:, :, row, :].reshape(batch, kv_heads, group, dim)
+        o = F.scaled_dot_product_attention(q, key[:, :, :seen], value[:, :, :seen], scale=scaling)
+        out.append(o.reshape(batch, heads, 1, dim))
+    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _register_row_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ROW_ATTENTION, row_attention)
+
+
+def to_bf16_packed(model: torch.nn.Module, sizes: tuple[int, ...] | None = ROW_SIZES) -> None:
+    """In place: every Linear packed in bf16, everything else (embeddings, norms) cast to bf16.
+    One layer at a time, giving the freed memory back as it goes: the real pair's target peaked
+    at 12.9 GB of RSS converted at once (its fp32 weights, the packed copies and about 3 GB of
+    freed bf16 copies the C allocator kept), against the 16 GB of a free CPU Space."""
+    _replace_linears(model, lambda linear: PackedLinear(linear, sizes))
+
+
+def _replace_linears(model: torch.nn.Module, make) -> None:
+    parents = [module for module in model.modules() if any(
+        isinstance(child, torch.nn.Linear) for child in module.children())]
+    for module in parents:
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, child_name, make(child))
+        del child
+        _give_back_memory()
+    del parents
+    model.to(torch.bfloat16)
+    _give_back_memory()
+
+
+def _give_back_memory() -> None:
+    """Return the C heap's freed memory to the system (glibc keeps it otherwise); no-op elsewhere."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def use_row_attention(model: torch.nn.Module) -> None:
+    _register_row_attention()
+    model.set_attn_implementation(ROW_ATTENTION)
+
+
+# ---- choosing ------------------------------------------------------------------------------
+
+
+def wanted(env: str, environ: Mapping[str, str] | None = None) -> str:
+    """The set-up an environment variable asks for: fp32, bf16, bf16-fast or auto (unset or anything else)."""
+    value = (os.environ if environ is None else environ).get(env, "").strip().lower()
+    return value if value in SETUPS else "auto"
+
+
+def rows_exact(model: torch.nn.Module, context: int = 40, window: int = 8, seed: int = 0) -> bool:
+    """Whether the model's logits for a row are the same bits in a pass over `window` new tokens
+    as in one-token passes, after `context` tokens: the property the lossless check rests on."""
+    from transformers import DynamicCache
+
+    generator = torch.Generator().manual_seed(seed)
+    vocab = int(model.config.vocab_size)
+    ids = torch.randint(0, vocab, (1, context + window), generator=generator)
+    with torch.inference_mode():
+        one_pass = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :context], cache=one_pass, use_cache=True)
+        together = model(input_ids=ids[:, context:], cache=one_pass, use_cache=True).logits[0]
+        one_by_one = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :context], cache=one_by_one, use_cache=True)
+        apart = torch.cat([model(input_ids=ids[:, context + i: context + i + 1], cache=one_by_one,
+                                 use_cache=True).logits[0] for i in range(window)])
+    return torch.equal(together, apart)
+
+
+def probe_of(model: torch.nn.Module) -> torch.nn.Module:
+    """A one-layer model of the same architecture and widths, random weights: the same kernels on
+    the same shapes as the model, for checking exactness before the model itself is converted."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = 1
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:1]
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def exact_row_sizes(model: torch.nn.Module) -> tuple[int, ...] | None:
+    """The row counts with which the bf16 set-up is row-exact for this model's shapes on this
+    machine: ROW_SIZES, else its smallest alone, else None. Checked on a one-layer probe, a window
+    of 8 (one product of 16 rows) and one of 24 (32 rows) against one-token passes (16 rows)."""
+    for sizes in (ROW_SIZES, ROW_SIZES[:1]):
+        probe = probe_of(model)
+        to_bf16_packed(probe, sizes)
+        use_row_attention(probe)
+        exact = rows_exact(probe, window=8) and rows_exact(probe, window=24)
+        del probe
+        _give_back_memory()
+        if exact:
+            return sizes
+    return None
+
+
+@dataclass(frozen=True)
+class Choice:
+    setup: str  # fp32 or bf16
+    why: str  # one clause for the model line and the logs
+    sizes: tuple[int, ...] | None = ROW_SIZES  # bf16: the row counts of every product (see ROW_SIZES)
+
+
+def choose_target(model: torch.nn.Module, environ: Mapping[str, str] | None = None,
+                  found: Machine | None = None) -> Choice:
+    """The target's set-up: bf16 where the CPU has native bf16 and the set-up is row-exact here."""
+    asked, found = wanted(TARGET_SETUP_ENV, environ), found or machine()
+    if asked == "fp32":
+        return Choice("fp32", f"{TARGET_SETUP_ENV}=fp32")
+    if not found.native_bf16:
+        return Choice("fp32", "no native bf16 on this CPU")
+    if asked == "bf16-fast":
+        return Choice("bf16-fast", f"{TARGET_SETUP_ENV}=bf16-fast, not row-exact", None)
+    sizes = exact_row_sizes(model)
+    if sizes is None:
+        return Choice("fp32", "bf16 was not row-exact on this CPU")
+    return Choice("bf16", f"{TARGET_SETUP_ENV}=bf16" if asked == "bf16" else "native bf16, row-exact", sizes)
+
+
+def choose_draft(environ: Mapping[str, str] | None = None, found: Machine | None = None) -> Choice:
+    asked, found = wanted(DRAFT_SETUP_ENV, environ), found or machine()
+    if asked == "fp32":
+        return Choice("fp32", f"{DRAFT_SETUP_ENV}=fp32")
+    if not found.native_bf16:
+        return Choice("fp32", "no native bf16 on this CPU")
+    return Choice("bf16", f"{DRAFT_SETUP_ENV}=bf16" if asked == "bf16" else "native bf16")
+
+
+def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | None = ROW_SIZES) -> str:
+    """Set the target up in place; returns what runs, for the model line. "bf16-fast" (only when
+    forced, for measuring) is bf16 with packed weights and transformers' attention: the fastest
+    one-token pass, but not row-exact, so lossless only by luck of rounding."""
+    if setup == "bf16":
+        to_bf16_packed(model, sizes)
+        use_row_attention(model)
+        return f"target bf16 (oneDNN-packed weights, products of {' or '.join(map(str, sizes))} rows, row-exact attention)"
+    if setup == "bf16-fast":
+        to_bf16_packed(model, None)
+        return "target bf16 (oneDNN-packed weights, not row-exact)"
+    return f"target {_dtype_name(model)} (torch's kernels)"
+
+
+def prepare_draft(model: torch.nn.Module, setup: str) -> str:
+    if setup == "bf16":
+        to_bf16_packed(model, sizes=None)  # fed one token per call (engine.Drafter): nothing to pad
+        return "draft bf16 (oneDNN-packed weights)"
+    return f"draft {_dtype_name(model)}"
+
+
+def _dtype_name(model: torch.nn.Module) -> str:
+    dtype = next(model.parameters()).dtype
+    return {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype, str(dtype).removeprefix("torch."))

@@ -1,0 +1,96 @@
+"""`python -m specviz pass-costs`: what a forward pass costs on this machine, per set-up of the pair.
+
+For each set-up asked for (cpu.py: fp32 as loaded, bf16 with packed weights and row-exact
+attention) the pair is loaded anew and its cost curve measured (core/costcurve.py): the target's
+pass over 1-20 new tokens after a KV cache, the draft's one-token call and its prefill, in
+milliseconds and in one-token target passes. Run it alone: every figure is a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from ..core import cpu
+from ..core.costcurve import WINDOWS, CostCurve, measure, table
+from ..core.models import get_pair, release_pair
+from ..core.presets import DEFAULT_PRESET, get_preset
+from ..errors import SpecVizError
+
+
+@contextmanager
+def _forced(setup: str):
+    """Both models of a pair loaded in `setup` (the environment variables cpu.py reads)."""
+    saved = {env: os.environ.get(env) for env in (cpu.TARGET_SETUP_ENV, cpu.DRAFT_SETUP_ENV)}
+    os.environ.update({env: setup for env in saved})
+    try:
+        yield
+    finally:
+        for env, value in saved.items():
+            if value is None:
+                os.environ.pop(env, None)
+            else:
+                os.environ[env] = value
+
+
+def curves(preset: str, setups: list[str], context: int, repeats: int,
+           windows: tuple[int, ...] = WINDOWS) -> list[CostCurve]:
+    """One cost curve per set-up, each on the pair loaded anew (one pair in memory at a time)."""
+    found = cpu.machine()
+    out = []
+    for setup in setups:
+        release_pair(preset)
+        with _forced(setup):
+            pair = get_pair(preset)
+        out.append(measure(pair, context=context, windows=windows, repeats=repeats, cpu_name=found.describe()))
+        release_pair(preset)
+    return out
+
+
+def _setups(text: str, preset: str) -> list[str]:
+    if get_preset(preset).target == "bundled":
+        return ["fp32"]  # a bundled pair's drafts are made from its fp32 target: no other set-up
+    if text == "auto":
+        return ["fp32", "bf16"] if cpu.machine().native_bf16 else ["fp32"]
+    setups = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in setups if s not in cpu.SETUPS]
+    if unknown or not setups:
+        raise SpecVizError(f"Unknown set-up {', '.join(unknown) or text!r}: choose from {', '.join(cpu.SETUPS)}.")
+    return setups
+
+
+def cmd_pass_costs(args: argparse.Namespace) -> int:
+    if args.context < 1 or args.repeats < 1:
+        raise SpecVizError("--context and --repeats must be 1 or more.")
+    setups = _setups(args.setups, args.preset)
+    print(f"{args.preset}: {', '.join(setups)}; torch {torch.__version__}, {torch.get_num_threads()} threads",
+          flush=True)
+    measured = curves(args.preset, setups, args.context, args.repeats)
+    for curve in measured:
+        print("\n" + "\n".join(table(curve)), flush=True)
+    if len(measured) > 1:
+        base = measured[0]
+        for curve in measured[1:]:
+            print(f"\none-token target pass, {curve.setup.split(';')[0]} over {base.setup.split(';')[0]}: "
+                  f"{curve.target_ms[0] / base.target_ms[0]:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([c.to_dict() for c in measured], indent=2) + "\n")
+    return 0
+
+
+def register_commands(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("pass-costs", help="what a forward pass costs on this machine, per set-up of the pair "
+                                               "(run it alone: every figure is a timing)")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
+    p.add_argument("--setups", default="auto",
+                   help="comma-separated set-ups to measure: fp32, bf16 (default auto: both where the CPU has "
+                        "native bf16; a bundled pair has only fp32)")
+    p.add_argument("--context", type=int, default=200, help="tokens in the KV cache before each call (default 200)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per figure, median (default 5)")
+    p.add_argument("--json", help="write the curves as JSON here")
+    p.set_defaults(run=cmd_pass_costs)

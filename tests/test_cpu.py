@@ -1,0 +1,161 @@
+"""The target's and draft's set-up for the CPU (core/cpu.py) on tiny models built here: the choice per
+capability, row-exact attention, the bf16 set-up lossless and close to fp32, and the cost curve."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import noisy_copy, tiny_llama
+
+from specviz.core import cpu
+from specviz.core.costcurve import CostCurve, measure, table
+from specviz.core.engine import decode_target_only, generate, target_only
+from specviz.core.models import build_pair
+from specviz.core.policies import Dynamic, Heuristic, Static
+
+needs_bf16 = pytest.mark.skipif(not cpu.machine().native_bf16, reason="this CPU has no native bf16")
+
+WITH_BF16 = cpu.Machine("a CPU with AMX", True, frozenset({"amx_bf16", "avx512f"}))
+WITHOUT_BF16 = cpu.Machine("a CPU without bf16", False, frozenset({"avx2"}))
+
+
+def wide_llama(seed: int):
+    """A tiny Llama with grouped-query attention (4 query heads share 2 key/value heads), as the
+    real pair's models have, and widths a oneDNN kernel blocks on."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4.0)
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+# ---- the choice, per capability ------------------------------------------------------------
+
+
+def test_the_target_is_bf16_only_where_the_cpu_has_native_bf16_and_it_is_row_exact(monkeypatch):
+    model = tiny_llama(0)
+    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m: (16,))
+    assert cpu.choose_target(model, {}, WITH_BF16) == cpu.Choice("bf16", "native bf16, row-exact", (16,))
+    assert cpu.choose_target(model, {}, WITHOUT_BF16).setup == "fp32"
+    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16"}, WITHOUT_BF16).why == "no native bf16 on this CPU"
+    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: " FP32 "}, WITH_BF16).why == f"{cpu.TARGET_SETUP_ENV}=fp32"
+    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16-fast"}, WITH_BF16).sizes is None
+    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m: None)
+    choice = cpu.choose_target(model, {}, WITH_BF16)
+    assert (choice.setup, choice.why) == ("fp32", "bf16 was not row-exact on this CPU")
+
+
+def test_the_draft_is_bf16_where_the_cpu_has_native_bf16():
+    assert cpu.choose_draft({}, WITH_BF16).setup == "bf16"
+    assert cpu.choose_draft({}, WITHOUT_BF16).setup == "fp32"
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32"}, WITH_BF16).setup == "fp32"
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "nonsense"}, WITH_BF16).setup == "bf16"  # unknown means auto
+
+
+def test_bf16_needs_amx_or_avx512_bf16_in_the_flags():
+    assert not cpu._has_native_bf16(frozenset({"avx2", "avx512f", "fma"}))
+    assert cpu.machine().name  # named next to every figure
+    assert cpu.machine().describe().startswith(cpu.machine().name)
+
+
+# ---- row-exact attention -------------------------------------------------------------------
+
+
+def test_row_attention_computes_what_sdpa_computes():
+    model = wide_llama(0)
+    ids = torch.randint(0, 64, (30,), generator=torch.Generator().manual_seed(1)).tolist()
+    expected = logits(model, ids)
+    cpu.use_row_attention(model)
+    assert torch.allclose(logits(model, ids), expected, atol=1e-5)
+
+
+@needs_bf16
+def test_the_bf16_set_up_gives_a_row_the_same_bits_in_any_window():
+    model = wide_llama(0)
+    cpu.prepare_target(model, "bf16")
+    for context, window in [(5, 2), (40, 8), (100, 20)]:
+        assert cpu.rows_exact(model, context=context, window=window), (context, window)
+    assert cpu.exact_row_sizes(wide_llama(1)) == cpu.ROW_SIZES  # the probe: one layer of the same widths
+
+
+@needs_bf16
+def test_a_packed_product_runs_on_a_fixed_row_count_whatever_comes():
+    """A row's result does not depend on how many rows came with it: 1, 16, 17 or 40 (blocks)."""
+    torch.manual_seed(0)
+    packed = cpu.PackedLinear(torch.nn.Linear(96, 80))
+    x = torch.randn(40, 96).to(torch.bfloat16)
+    alone = torch.cat([packed(x[i:i + 1]) for i in range(40)])
+    for count in (2, 16, 17, 32, 40):
+        assert torch.equal(packed(x[:count]), alone[:count]), count
+    assert packed(x[None, :3]).shape == (1, 3, 80)
+
+
+@needs_bf16
+def test_the_bf16_set_up_stays_close_to_fp32():
+    model = wide_llama(0)
+    ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    expected = logits(model, ids)
+    assert "target bf16" in cpu.prepare_target(model, "bf16")
+    assert all(isinstance(m, cpu.PackedLinear) for m in [model.lm_head, model.model.layers[0].mlp.up_proj])
+    assert torch.allclose(logits(model, ids), expected, atol=0.15, rtol=0.02)
+
+
+@needs_bf16
+def test_greedy_speculation_is_lossless_on_the_bf16_set_up_over_many_prompts():
+    target = wide_llama(3)
+    draft = noisy_copy(target, 0.3, seed=4)
+    cpu.prepare_target(target, "bf16")
+    cpu.prepare_draft(draft, "bf16")
+    pair = build_pair("tiny-bf16", target, draft, tokenizer=None, device=torch.device("cpu"))
+    assert pair.vocab_size == 64
+    accepted = 0
+    for seed in range(12):
+        prompt = torch.randint(0, 64, (6 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        baseline = target_only(pair, prompt, 24).token_ids
+        for policy in (Static(5), Heuristic(3), Dynamic(0.3, 12)):
+            trace = generate(pair, prompt, policy, 24)
+            assert trace.token_ids == baseline, (seed, policy.label)
+            accepted += trace.accepted
+    assert accepted > 0  # the draft was right often enough for windows to be checked
+
+
+def test_fp32_leaves_the_model_as_it_is():
+    model = tiny_llama(0)
+    before = copy.deepcopy(model.state_dict())
+    assert cpu.prepare_target(model, "fp32") == "target fp32 (torch's kernels)"
+    assert cpu.prepare_draft(model, "fp32") == "draft fp32"
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# ---- the cost curve --------------------------------------------------------------------------
+
+
+def test_the_cost_curve_measures_every_window_and_prints_ratios(tiny_pair):
+    curve = measure(tiny_pair, context=20, windows=(1, 2, 4), repeats=2, cpu_name="test CPU")
+    assert curve.windows == (1, 2, 4) and len(curve.target_ms) == 3
+    assert all(ms > 0 for ms in curve.target_ms) and curve.draft_call_ms > 0 and curve.draft_prefill_ms > 0
+    assert curve.ratio(1) == 1.0
+    lines = table(curve)
+    assert lines[0] == "CPU: test CPU" and any(line.startswith("target, 4 new tokens") for line in lines)
+    # the caches were left as they were found: the pair still decodes
+    assert len(list(decode_target_only(tiny_pair, [1, 2, 3], 4))) == 5
+
+
+def test_the_curve_interpolates_between_measured_windows():
+    curve = CostCurve("cpu", "setup", 100, (1, 2, 4, 8), (100.0, 120.0, 140.0, 180.0), 20.0, 50.0)
+    assert curve.target_pass_ms(3) == pytest.approx(130.0)
+    assert curve.target_pass_ms(12) == pytest.approx(220.0)  # past the last window: the last slope
+    assert curve.ratio(8) == pytest.approx(1.8) and curve.draft_ratio == pytest.approx(0.2)
