@@ -14,12 +14,13 @@ from specviz.study.analysis import (
     judged_in_round,
     judged_tokens,
     measured_draft_cost_ratio,
+    measured_passes,
     position_shares,
     split_at,
     work_split,
 )
 from specviz.study.sweep import sweep
-from specviz.ui.explain_plots import calibration_figure, position_figure, work_figure
+from specviz.ui.explain_plots import calibration_figure, pass_cost_figure, position_figure, work_figure
 from specviz.ui.export import charts
 
 
@@ -182,8 +183,31 @@ def test_every_chart_is_exported_from_the_record_alone():
     comparison = calibration_comparison()
     again = Comparison.from_json(comparison.to_json())
     names = set(charts(again))
-    assert {"lookahead", "progress", "calibration", "positions", "work"} <= names
+    assert {"lookahead", "progress", "calibration", "positions", "work", "pass_costs"} <= names
     assert charts(again)["calibration"].layout.meta["auc"] == pytest.approx(10 / 12)
+
+
+def test_the_pass_cost_chart_shows_each_verification_pass_against_its_window():
+    """Each verification pass but a run's first (which also reads the prompt) at lookahead + 1
+    tokens; target-only's one-token pass from its time after the prefill; the draft's call
+    without its prefill."""
+    def timed(index, lookahead, verify_s, draft_s=0.04):
+        r = a_round(index, index * 3, [0.9] * lookahead, lookahead, draft_s * lookahead, verify_s)
+        return r
+    rounds = [timed(0, 3, 5.0), timed(1, 3, 0.30), timed(2, 3, 0.34), timed(3, 7, 0.50), timed(4, 3, 0.32)]
+    rounds[0].draft_prefill_s, rounds[0].draft_passes, rounds[0].draft_s = 0.5, 4, 0.5 + 3 * 0.04
+    trace = Trace(policy="static", label="static k=3", params={}, token_ids=[0] * 20, rounds=rounds, wall_s=7.0,
+                  stop_reason="eos")
+    comparison = Comparison(preset="p", prompt="x", prompt_tokens=3, max_new_tokens=20, traces=[trace],
+                            baseline=Baseline(token_ids=[0] * 11, wall_s=3.2, stop_reason="eos", prefill_s=1.2))
+    passes = measured_passes(comparison)
+    assert passes.windows == [4, 4, 8, 4] and passes.verify_ms == pytest.approx([300, 340, 500, 320])
+    assert passes.one_token_ms == pytest.approx(200.0) and passes.draft_call_ms == pytest.approx(40.0)
+    assert passes.median_ms(4) == pytest.approx(320)
+    fig = pass_cost_figure(comparison)
+    assert list(by_series(fig, "verify_median").x) == [4, 8]
+    assert list(by_series(fig, "one_token").y) == pytest.approx([200, 200])
+    assert "checking 4 tokens took 1.6 one-token passes" in fig.layout.title.text
 
 
 # ---- cost what-if -------------------------------------------------------------------------

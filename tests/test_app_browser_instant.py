@@ -63,6 +63,9 @@ def test_an_example_opens_a_complete_comparison_without_any_model(modelless_app,
         # Run recomputes it on the pair it was computed on: the pair menu shows that pair.
         page.wait_for_function("(preset) => document.querySelector('#preset input').value === preset",
                                arg=example.preset, timeout=10_000)
+        # The model line follows the menu: it names the example's pair, not the one before it.
+        page.wait_for_function("(preset) => document.querySelector('#model-status').innerText.includes(preset)",
+                               arg=example.preset, timeout=10_000)
         # It played back first: columns replaying, their rounds growing, the next draft pending.
         frames = page.evaluate("() => window.__playback")
         assert len(frames) >= 3 and all(f["pending"] for f in frames), frames

@@ -238,6 +238,38 @@ def measured_draft_cost_ratio(comparison: Comparison) -> float | None:
     return PassCosts.from_comparison(comparison).draft_ratio
 
 
+@dataclass(frozen=True)
+class MeasuredPasses:
+    """What the run's own passes cost: each verification pass (tokens it checked, ms), target-only
+    decoding's mean one-token pass and the draft's mean one-token call. The first round of each run
+    is left out: it also reads the prompt."""
+
+    windows: list[int]
+    verify_ms: list[float]
+    one_token_ms: float | None
+    draft_call_ms: float | None
+
+    def median_ms(self, window: int) -> float | None:
+        times = sorted(ms for w, ms in zip(self.windows, self.verify_ms) if w == window)
+        return times[len(times) // 2] if times else None
+
+
+def measured_passes(comparison: Comparison) -> MeasuredPasses:
+    windows, verify_ms, draft_s, draft_calls = [], [], 0.0, 0
+    for trace in comparison.traces:
+        for r in trace.rounds[1:]:
+            windows.append(r.lookahead + 1)  # the drafts, and the token before them the cache lacks
+            verify_ms.append(r.verify_s * 1000)
+        for r in trace.rounds:
+            draft_s += r.draft_s - r.draft_prefill_s
+            draft_calls += r.draft_passes - (r.draft_prefill_s > 0)
+    baseline = comparison.baseline
+    one_token = None
+    if baseline is not None and baseline.prefill_s > 0 and len(baseline.token_ids) > 1:
+        one_token = (baseline.wall_s - baseline.prefill_s) * 1000 / (len(baseline.token_ids) - 1)
+    return MeasuredPasses(windows, verify_ms, one_token, draft_s * 1000 / draft_calls if draft_calls else None)
+
+
 # ---- lookahead against the oracle ----------------------------------------------------------
 
 

@@ -174,7 +174,11 @@ def load_status_html(state: LoadState, preset: str) -> str:
         # The message names the cause and the fix, and says to run again (the next Run retries).
         return status_html(f"The model pair {preset} could not be loaded. {state.step}", "error")
     if state.phase == "ready":
-        return status_html(f"Model pair {preset} ready (loaded in {state.elapsed_s():.1f} s).", "done")
+        from ..core.models import pair_setup
+
+        setup = pair_setup(preset)
+        return status_html(f"Model pair {preset} ready (loaded in {state.elapsed_s():.1f} s)"
+                           + (f": {setup}." if setup else "."), "done")
     return status_html(f"The model pair {preset} loads on the first Run.", "idle")
 
 

@@ -269,7 +269,8 @@ def views(comparison, eos):
     cost = gr.Slider(value=round(min(1.0, max(0.01, ratio)), 2) if ratio else 0.5,
                      visible=comparison.draft_along_reference is not None)
     explain = explain_figures(comparison)
-    explained = (_fit(explain["calibration"]), _fit(explain["positions"]), explain["work"])
+    explained = (_fit(explain["calibration"]), _fit(explain["positions"]), explain["work"],
+                 _fit(explain["pass_costs"]))
     if comparison.draft_along_reference is not None:
         sweep_plot, sweep_table = what_if(comparison, eos)
         note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
@@ -400,7 +401,8 @@ def show_example(example):
         return
     made = comparison.provenance or {}
     message = (f"Precomputed example ({comparison.preset}, {comparison.max_new_tokens} max new tokens, "
-               f"{made.get('date', 'ahead')}, {made.get('machine', 'another machine')}): no model ran; Run recomputes it.")
+               f"{made.get('date', 'ahead')}, {made.get('machine', 'another machine')}"
+               + (f"; {made['setup']}" if made.get("setup") else "") + "): no model ran; Run recomputes it.")
     present = _present_columns(comparison)
     playing = status_html("Playing the precomputed example back, round by round…", "running")
     for step, htmls in enumerate(playback_htmls(comparison, present, PLAYBACK_FRAMES)):

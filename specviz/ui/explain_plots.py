@@ -18,6 +18,7 @@ from ..study.analysis import (
     calibration_sentence,
     dynamic_threshold,
     judged_tokens,
+    measured_passes,
     position_shares,
     work_split,
 )
@@ -173,7 +174,53 @@ def work_figure(comparison: Comparison) -> go.Figure:
     return fig
 
 
+# ---- what a pass costs here ----------------------------------------------------------------
+
+
+def pass_cost_figure(comparison: Comparison) -> go.Figure:
+    """Every verification pass of the run: its time against the tokens it checked, with the median
+    per window, target-only decoding's one-token pass and the draft's call as lines. Speculative
+    decoding assumes a pass over k tokens costs about one one-token pass; this shows whether it
+    did on the machine that ran it."""
+    passes = measured_passes(comparison)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=passes.windows, y=passes.verify_ms, mode="markers", name="a verification pass",
+                             marker={"color": VERIFY_TIME_COLOR, "opacity": 0.35, "size": 7},
+                             hovertemplate="%{x} tokens checked: %{y:.0f} ms<extra></extra>",
+                             meta={"series": "verify_passes"}))
+    windows = sorted(set(passes.windows))
+    medians = [passes.median_ms(w) for w in windows]
+    fig.add_trace(go.Scatter(x=windows, y=medians, mode="lines+markers", name="median per window",
+                             line={"color": VERIFY_TIME_COLOR, "width": 3},
+                             hovertemplate="%{x} tokens: median %{y:.0f} ms<extra></extra>",
+                             meta={"series": "verify_median"}))
+    lines = ((passes.one_token_ms, "one-token pass (target alone)", BASELINE_LINE_COLOR, "one_token"),
+             (passes.draft_call_ms, "a draft call", DRAFT_TIME_COLOR, "draft_call"))
+    for ms, name, color, series in lines:
+        if ms is not None and windows:
+            fig.add_trace(go.Scatter(x=[min(windows), max(windows)], y=[ms, ms], mode="lines", name=name,
+                                     line={"color": color, "dash": "dash"},
+                                     hovertemplate=f"{name}: {ms:.0f} ms<extra></extra>", meta={"series": series}))
+    _layout(fig, _wrap(_pass_cost_title(passes, windows, medians), 110), 420)
+    fig.update_xaxes(title_text="tokens checked in one target pass", dtick=1 if len(windows) < 12 else None)
+    fig.update_yaxes(title_text="milliseconds", rangemode="tozero")
+    fig.update_layout(margin={"t": 110})
+    return fig
+
+
+def _pass_cost_title(passes, windows: list[int], medians: list[float | None]) -> str:
+    if not windows or passes.one_token_ms is None:
+        return "What a pass cost in this run"
+    counts = {w: passes.windows.count(w) for w in windows}
+    widest = max((w for w in windows if counts[w] >= 3), default=max(windows))  # a median of a few passes
+    ratio = passes.median_ms(widest) / passes.one_token_ms
+    verdict = ("about one pass, as speculative decoding assumes" if ratio < 1.3 else
+               "more than one pass: long drafts cost more here than on a GPU")
+    return (f"What a pass cost in this run: checking {widest} tokens took {ratio:.1f} one-token passes "
+            f"(median), {verdict}")
+
+
 def explain_figures(comparison: Comparison) -> dict[str, go.Figure]:
     """The explaining charts, by file stem."""
     return {"calibration": calibration_figure(comparison), "positions": position_figure(comparison),
-            "work": work_figure(comparison)}
+            "work": work_figure(comparison), "pass_costs": pass_cost_figure(comparison)}

@@ -144,9 +144,11 @@ def _chart_panels(p: SimpleNamespace) -> None:
     p.summary = gr.Dataframe(value=summary_table(None), headers=SUMMARY_HEADERS, label="Summary", interactive=False,
                              elem_id="summary", wrap=True)
     p.threshold_plot = gr.Plot(label="Confidence threshold per round", elem_id="threshold-plot", visible=False)
-    with gr.Accordion("Why? The draft's calibration and where the work went", open=True, elem_id="explain-accordion"):
+    with gr.Accordion("Why? The draft's calibration, where the work went, what a pass cost", open=True,
+                      elem_id="explain-accordion"):
         p.calibration_plot = gr.Plot(label="Draft calibration", elem_id="calibration-plot")
         p.work_plot = gr.Plot(label="Where the work went", elem_id="work-plot")
+        p.pass_cost_plot = gr.Plot(label="What a pass cost", elem_id="pass-cost-plot")
 
 
 def _replay(p: SimpleNamespace) -> None:
@@ -281,7 +283,7 @@ def build_demo() -> gr.Blocks:
         p.eos_state = gr.State([])
         p.view_all = [p.status, *p.columns, p.lookahead_plot, p.progress_plot, p.summary, p.last, p.eos_state]
         p.view_outputs = [p.sweep_plot, p.sweep_table, p.sweep_note, p.draft_cost, p.calibration_plot,
-                          p.positions_plot, p.work_plot, p.threshold_plot, p.replay_policy, p.replay_round,
+                          p.positions_plot, p.work_plot, p.pass_cost_plot, p.threshold_plot, p.replay_policy, p.replay_round,
                           p.replay_panel, *p.extra_boxes]
         _wire_page(demo, p)
         _wire_comparisons(p, examples, limits)
