@@ -58,6 +58,7 @@ def main() -> None:
         comparison.provenance = {
             "date": datetime.date.today().isoformat(),
             "machine": machine(),
+            "setup": pair.setup,
             "versions": f"transformers {transformers.__version__}, python {platform.python_version()}",
             "command": f"python scripts/make_examples.py --preset {args.preset}",
         }
