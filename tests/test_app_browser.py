@@ -279,21 +279,26 @@ def open_page(browser, url: str, max_new_tokens: int):
     return page
 
 
+def one_streams_one_waits(streaming, waiting) -> None:
+    """Run in one page until its first column shows tokens, then Run in the other: it waits."""
+    streaming.click("#run")
+    streaming.wait_for_selector('#columns .specviz-column[data-state="running"] .tok', timeout=RUN_TIMEOUT_MS)
+    waiting.click("#run")
+    waiting.wait_for_selector('#status .specviz-status[data-state="waiting"]', timeout=30_000)
+
+
 def test_stop_after_a_finished_run_and_beside_another_visitors_run(live_app, browser):
     """Stop under the conditions that once lost it on another machine: a run has just finished on
     the same app, and another visitor's run streams. Both of one visitor's Stops (a run waiting
     for its turn, then a run streaming while the other visitor waits) show "Stopped" within 5 s,
     and the other visitor's runs go on to the end."""
     url, log_path = live_app
-    alice, bob = open_page(browser, url, 16), open_page(browser, url, 128)
+    alice, bob = open_page(browser, url, 16), open_page(browser, url, 64)
     alice.click("#run")  # a run to its end first: the state the earlier test leaves behind
     alice.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)
 
     # Bob's run streams; Alice's waits for its turn, and she stops it.
-    bob.click("#run")
-    bob.wait_for_selector('#columns .specviz-column[data-state="running"] .tok', timeout=RUN_TIMEOUT_MS)
-    alice.click("#run")
-    alice.wait_for_selector('#status .specviz-status[data-state="waiting"]', timeout=30_000)
+    one_streams_one_waits(streaming=bob, waiting=alice)
     alice.click("#stop")
     wait_for_stopped(alice, timeout_ms=5_000)
     assert status_state(bob) == "running", "Alice's Stop touched Bob's run"
@@ -301,10 +306,8 @@ def test_stop_after_a_finished_run_and_beside_another_visitors_run(live_app, bro
 
     # Alice's run streams; Bob's waits; she stops hers mid-run and his starts.
     set_box(alice.locator("#max-new-tokens input[type=number]"), "128", key="Enter")
-    alice.click("#run")
-    alice.wait_for_selector('#col-static .specviz-column[data-state="running"] .tok', timeout=RUN_TIMEOUT_MS)
-    bob.click("#run")
-    bob.wait_for_selector('#status .specviz-status[data-state="waiting"]', timeout=30_000)
+    set_box(bob.locator("#max-new-tokens input[type=number]"), "16", key="Enter")  # his run goes to the end
+    one_streams_one_waits(streaming=alice, waiting=bob)
     alice.click("#stop")
     wait_for_stopped(alice, timeout_ms=5_000)
     bob.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.core import models, presets, weights, wheel_parts
+from specviz.core import cpu, models, presets, weights, wheel_parts
 from specviz.core.pipeline import compare, make_request
 from specviz.core.wheel_parts import SETUP_COMMAND, JoinedFile
 from specviz.errors import SpecVizError
@@ -66,10 +66,14 @@ def tiny(tmp_path_factory) -> TinyFiles:
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch, tiny) -> Path:
-    """An empty model cache, no hub, and the real pair's preset pointed at the tiny files."""
+    """An empty model cache, no hub, and the real pair's preset pointed at the tiny files. The models
+    keep the precision they were loaded in (these tests check the loading; cpu.py's set-up, which
+    would turn them into bf16 on a CPU with native bf16, has tests of its own)."""
     folder = tmp_path / "cache"
     monkeypatch.setenv("SPECVIZ_CACHE", str(folder))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv(cpu.TARGET_SETUP_ENV, "fp32")
+    monkeypatch.setenv(cpu.DRAFT_SETUP_ENV, "fp32")
     preset = presets.PRESETS[PRESET]
     for hub_id, spec, name in ((preset.target, tiny.target_file, "tiny-target-fp32"),
                                (preset.draft, tiny.draft_file, "tiny-draft-fp32")):
@@ -144,6 +148,22 @@ def test_set_up_downloads_joins_unpacks_and_the_preset_runs_lossless(cache, tiny
     assert comparison.baseline is not None and len(comparison.baseline.token_ids) >= 1
     assert [t.lossless for t in comparison.traces] == [True] * 4
     assert sum(r.rejected for t in comparison.traces for r in t.rounds) > 0  # a draft that does disagree
+
+
+def test_the_loaded_pair_is_set_up_for_this_cpu_and_stays_lossless(cache, tiny, monkeypatch):
+    """With no set-up forced, the pair gets what cpu.py chooses for this machine, says so, and every
+    greedy policy still reproduces target-only decoding in that set-up."""
+    set_up(tiny)
+    monkeypatch.delenv(cpu.TARGET_SETUP_ENV)
+    monkeypatch.delenv(cpu.DRAFT_SETUP_ENV)
+    pair = models.load_pair(PRESET)
+    if cpu.machine().native_bf16:
+        assert pair.setup.startswith("target bf16") and "draft bf16" in pair.setup, pair.setup
+        assert isinstance(pair.target.lm_head, cpu.PackedLinear) and pair.vocab_size == PADDED_VOCAB
+    else:
+        assert pair.setup.startswith("target fp32") and "no native bf16" in pair.setup, pair.setup
+    comparison = compare(pair, make_request("the cat sat in the hat", "static:3,heuristic:2,dynamic:0.4,oracle", 10))
+    assert [t.lossless for t in comparison.traces] == [True] * 4
 
 
 def test_a_joined_gguf_in_the_cache_is_unpacked_once_then_deleted(cache, tiny):

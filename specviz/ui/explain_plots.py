@@ -201,10 +201,11 @@ def pass_cost_figure(comparison: Comparison) -> go.Figure:
             fig.add_trace(go.Scatter(x=[min(windows), max(windows)], y=[ms, ms], mode="lines", name=name,
                                      line={"color": color, "dash": "dash"},
                                      hovertemplate=f"{name}: {ms:.0f} ms<extra></extra>", meta={"series": series}))
-    _layout(fig, _wrap(_pass_cost_title(passes, windows, medians), 110), 420)
+    _layout(fig, _wrap(_pass_cost_title(passes, windows, medians), 110), 460)
     fig.update_xaxes(title_text="tokens checked in one target pass", dtick=1 if len(windows) < 12 else None)
     fig.update_yaxes(title_text="milliseconds", rangemode="tozero")
-    fig.update_layout(margin={"t": 110})
+    fig.update_layout(margin={"t": 100, "b": 120},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0})
     return fig
 
 
