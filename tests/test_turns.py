@@ -142,3 +142,23 @@ def test_a_run_waits_its_turn_then_gets_the_pair_loaded_in_it(clock, monkeypatch
     assert isinstance(loading, LoadState) and loading.step == "Reading the target" and asked == ["some-preset"]
     assert next(steps) == "the pair" and next(steps, None) is None
     assert turns.alive(me)  # it holds the models until it leaves
+
+
+def test_a_stopped_run_never_waits_or_runs_again_even_if_it_is_resumed(clock, monkeypatch):
+    """Gradio's cancel does not always reach a run before its next step: a run whose visitor pressed
+    Stop must then end by itself, not rejoin the line (a waiting run once did, and its next
+    "Waiting for the models" replaced "Stopped" on the page)."""
+    from specviz.ui import turns as turns_module
+
+    monkeypatch.setattr(turns_module, "wait_for_pair", lambda name: iter(["the pair"]))
+    turns = Turns(clock=clock)
+    holder, waiting = turns.join(30.0, owner="b"), turns.join(30.0, owner="a")
+    assert turns.try_start(holder)
+    steps = turns_module.take_turn(turns, waiting, "some-preset", poll_s=0)
+    assert isinstance(next(steps), Standing)
+    turns.cancel("a")
+    assert next(steps, None) is None  # no more standing, no pair
+    turns.leave(holder)
+    assert not turns.try_start(waiting) and not turns.alive(waiting) and turns.waiting() == 0
+    mine = turns.join(30.0, owner="a")  # the visitor's next Run is a new ticket, served as usual
+    assert turns.try_start(mine) and turns.alive(mine)

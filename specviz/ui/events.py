@@ -144,6 +144,9 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                        gr.skip())
             else:
                 pair = state
+        if pair is None:  # its visitor pressed Stop while it waited
+            yield _stopped(None, active)
+            return
         eos = sorted(pair.eos_token_ids)
         prompt_ids_for(pair, request, limits)  # a prompt too long for the pair: said here, before any model work
         yield _outputs(status_html("Starting…", "running"), _columns(None, active), eos=eos)
@@ -174,6 +177,8 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             done = None if update is None else update.fraction_done(request)
             if not TURNS.alive(ticket, done):
                 _log_lost_turn()
+                if ticket.stopped:  # Stop, and Gradio's cancel did not reach this run in time
+                    yield _stopped(comparison, active)
                 return
             if update is None:  # a long engine step: the status says the run goes on
                 if now - sent_page >= STILL_RUNNING_S:
@@ -198,8 +203,10 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                            *(_charts(shown) if charts else (None, None)),
                            summary_table(comparison) if ended else None, comparison if ended else None)
         if comparison is not None:
-            if not TURNS.alive(ticket):  # Stop came during the last step: its "Stopped" stays on the page
+            if not TURNS.alive(ticket):  # Stop came during the last step: "Stopped" stays on the page
                 _log_lost_turn()
+                if ticket.stopped:
+                    yield _stopped(comparison, active)
                 return
             state = "warning" if comparison.partial else "done"
             note = "not run: time budget ran out" if comparison.partial else None
@@ -241,8 +248,14 @@ def stop(comparison, visitor: gr.Request = None):
         TURNS.cancel(session)
     active = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or (
         comparison is not None and any(t.policy == p for t in comparison.traces))]
-    return (status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
-            *_columns(comparison, active, running=False, note="stopped"))
+    return _stopped(comparison, active)[: 1 + len(ALL_COLUMNS)]
+
+
+def _stopped(comparison, active) -> tuple:
+    """What the page shows after Stop, from Stop's own answer or from a stopped run that was
+    resumed all the same: whichever reaches the page last, it says "Stopped"."""
+    return _outputs(status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
+                    _columns(comparison, active, running=False, note="stopped"))
 
 
 # ---- after a run or an import: what-if sweep, threshold chart, replay, downloads --------------

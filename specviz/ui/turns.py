@@ -35,6 +35,7 @@ class Ticket:
     started: float | None = None  # when it got the models
     done: float = 0.0  # the running comparison's progress, 0 to 1
     owner: str | None = None  # the visitor's session, for Stop
+    stopped: bool = False  # its visitor pressed Stop: it never takes (or waits for) a turn again
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class Turns:
         with self._lock:
             self._touch(ticket)
             self._drop_stale()
+            if ticket.stopped:
+                return False
             if ticket not in self._tickets:
                 self._tickets.append(ticket)  # dropped while its visitor was away, and back: the end of the line
             if self._tickets[0] is ticket:
@@ -88,7 +91,7 @@ class Turns:
             self._touch(ticket)
             if done is not None:
                 ticket.done = min(1.0, max(0.0, done))
-            return bool(self._tickets) and self._tickets[0] is ticket
+            return not ticket.stopped and bool(self._tickets) and self._tickets[0] is ticket
 
     def leave(self, ticket: Ticket) -> None:
         with self._lock:
@@ -97,8 +100,12 @@ class Turns:
 
     def cancel(self, owner: str) -> None:
         """Hand back every ticket of this visitor (its Stop): the next run need not wait for the
-        stopped one to go stale."""
+        stopped one to go stale, and the stopped run, should it be resumed (Gradio's cancel does
+        not always reach a run in time), neither waits nor runs again."""
         with self._lock:
+            for ticket in self._tickets:
+                if ticket.owner == owner:
+                    ticket.stopped = True
             self._tickets = [t for t in self._tickets if t.owner != owner]
 
     def standing(self, ticket: Ticket) -> Standing:
@@ -135,9 +142,11 @@ def take_turn(turns: Turns, ticket: Ticket, preset: str,
               poll_s: float = POLL_S) -> Iterator[Standing | LoadState | ModelPair]:
     """Wait for the ticket's turn with the models, then get the preset's pair in that turn, so
     that a large pair never evicts the one a running comparison uses. Yields the ticket's Standing
-    every `poll_s` while it waits, the LoadState while the pair loads, and the pair last. Raises
-    the load's ModelLoadError."""
+    every `poll_s` while it waits, the LoadState while the pair loads, and the pair last (nothing
+    more if the ticket's visitor pressed Stop while it waited). Raises the load's ModelLoadError."""
     while not turns.try_start(ticket):
+        if ticket.stopped:  # Stop while it waited: no pair, no turn
+            return
         yield turns.standing(ticket)
         time.sleep(poll_s)
     for state in wait_for_pair(preset):
