@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--modes", default=DEFAULT_MODES,
                    help=f"comma-separated: static:K, heuristic:K0, dynamic:THRESHOLD[:MAX], oracle, "
-                        f"adaptive:T0[:MAX], entropy:H[:MAX]; at most {MAX_MODES}, each once, as in the app and "
+                        f"adaptive:T0[:MAX], entropy:H[:MAX], costaware[:MAX]; at most {MAX_MODES}, each once, as in the app and "
                         f"its API (default {DEFAULT_MODES})")
     c.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     c.add_argument("--seed", type=int, default=None, help="seed for sampling")

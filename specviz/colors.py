@@ -15,8 +15,9 @@ POLICY_COLORS: dict[str, str] = {
     "oracle": "#CC79A7",  # reddish purple
     "adaptive": "#D55E00",  # vermillion
     "entropy": "#56B4E9",  # sky blue
+    "costaware": "#000000",  # black
 }
-_FALLBACK_COLORS = ["#000000", "#8C564B", "#7F7F7F", "#17BECF"]  # for policies not listed above
+_FALLBACK_COLORS = ["#8C564B", "#7F7F7F", "#17BECF", "#BCBD22"]  # for policies not listed above
 
 
 def policy_color(policy: str, index: int = 0) -> str:

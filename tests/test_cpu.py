@@ -159,3 +159,19 @@ def test_the_curve_interpolates_between_measured_windows():
     assert curve.target_pass_ms(3) == pytest.approx(130.0)
     assert curve.target_pass_ms(12) == pytest.approx(220.0)  # past the last window: the last slope
     assert curve.ratio(8) == pytest.approx(1.8) and curve.draft_ratio == pytest.approx(0.2)
+
+
+@pytest.mark.slow
+def test_a_cost_aware_comparison_measures_the_pairs_prices_once_and_records_them(bundled_pair):
+    from specviz.core.costcurve import pass_prices
+    from specviz.core.pipeline import compare, make_request
+
+    bundled_pair.prices = None
+    messages: list[str] = []
+    comparison = compare(bundled_pair, make_request("Name a fruit.", "costaware,static:3", 16),
+                         progress=messages.append)
+    prices = bundled_pair.prices
+    assert prices is not None and len(prices.target_ms) == 20 and pass_prices(bundled_pair) is prices  # kept
+    assert any("Measuring what a pass costs" in m for m in messages)
+    trace = comparison.trace("cost-aware")
+    assert trace.lossless and trace.params["prices"] == prices.to_dict()

@@ -40,3 +40,41 @@ def test_the_rule_sees_every_kind_of_import():
     ui = PACKAGE / "ui" / "events.py"
     assert imported_stages(ui) >= {"core", "study", "ui"}
     assert imported_stages(PACKAGE / "ui" / "api.py") >= {"core"}  # `from ..core import pipeline`
+
+
+def sibling_imports(path: Path) -> set[str]:
+    """The modules of its own subpackage that a module imports, at run time or for type checking."""
+    siblings = {p.stem for p in path.parent.glob("*.py")}
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [node.module] if node.module else [alias.name for alias in node.names]
+            found.update(name.split(".")[0] for name in names if name.split(".")[0] in siblings)
+    return found - {path.stem}
+
+
+def import_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A circle of imports in `graph` (module -> the modules it imports), or None."""
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> list[str] | None:
+        if module in path:
+            return [*path, module]
+        if module in done:
+            return None
+        for imported in sorted(graph.get(module, ())):
+            if (circle := visit(imported, (*path, module))) is not None:
+                return circle
+        done.add(module)
+        return None
+
+    return next((c for c in (visit(m, ()) for m in sorted(graph)) if c is not None), None)
+
+
+def test_the_modules_of_each_stage_import_one_way_too():
+    """No circle inside core, study or ui (the study's report once imported the cost model, which
+    imported the report's records): each stage's modules can be read bottom up."""
+    assert import_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check sees one
+    for stage in ("core", "study", "ui"):
+        graph = {p.stem: sibling_imports(p) for p in (PACKAGE / stage).glob("*.py")}
+        assert import_circle(graph) is None, (stage, import_circle(graph))

@@ -6,12 +6,14 @@ from specviz.core.pipeline import make_request
 from specviz.core.policies import (
     MAX_LOOKAHEAD,
     Adaptive,
+    CostAware,
     DraftStep,
     Dynamic,
     Entropy,
     Heuristic,
     ModeSpec,
     Oracle,
+    PassPrices,
     Static,
     make_policy,
     parse_modes,
@@ -184,3 +186,67 @@ def test_one_request_names_at_most_eight_modes_each_once():
     assert len(parse_modes("static:3,static:5,heuristic:5,dynamic:0.3,dynamic:0.5")) == 5
     with pytest.raises(SpecVizError, match="named twice"):  # a list of specs is checked the same way
         make_request("Hi", [ModeSpec("static", {"num_assistant_tokens": 2})] * 2, 8)
+
+
+# ---- the cost-aware rule ---------------------------------------------------------------------
+
+
+def run_rounds(policy, rounds: list[tuple[list[float], int]]) -> list[int]:
+    """Drive a policy through scripted rounds (the draft's probabilities, how many the target
+    accepts); return how many tokens it drafted in each."""
+    drafted_per_round, position = [], 0
+    for probs, accepted in rounds:
+        budget, drafted = policy.start_round(position), 0
+        for index in range(budget):
+            drafted += 1
+            if index + 1 >= len(probs) or not policy.keep_drafting(DraftStep(index, 0, probs[index])):
+                break
+        policy.end_round(drafted, min(accepted, drafted), probs[:drafted])
+        drafted_per_round.append(drafted)
+        position += min(accepted, drafted) + 1
+    return drafted_per_round
+
+
+def test_cost_aware_drafts_nothing_when_a_draft_call_costs_a_target_pass():
+    """A bundled copy draft: its call costs what the target's does. Plain decoding is best."""
+    prices = PassPrices(draft_call_ms=100.0, target_ms=(100.0, 103.0, 106.0))
+    assert run_rounds(CostAware(prices), [([0.99] * 20, 20)] * 6) == [0] * 6
+
+
+def test_cost_aware_drafts_to_its_cap_when_verification_is_free_and_the_draft_always_right():
+    prices = PassPrices(draft_call_ms=1.0, target_ms=(100.0,) * 21)
+    assert run_rounds(CostAware(prices, max_tokens=12), [([0.99] * 30, 30)] * 5) == [12] * 5
+
+
+def test_cost_aware_drafts_short_where_a_window_costs_more_and_long_where_it_is_flat():
+    """The same draft (sure of itself, right 80% of the time) on today's fp32 CPU curve (a window of
+    4 costs 1.9 passes) and on the bf16 one (flat): it drafts fewer tokens per round on the first."""
+    probs = [0.9, 0.85, 0.9, 0.8, 0.9, 0.85, 0.9, 0.8] * 3
+    rounds = [(probs, 3), (probs, 5), (probs, 2), (probs, 6)] * 4
+    fp32 = PassPrices(81.0, (236.0, 244.0, 350.0, 456.0, 500.0, 540.0, 580.0, 622.0))
+    bf16 = PassPrices(61.0, (168.0, 168.0, 169.0, 171.0, 172.0, 173.0, 174.0, 175.0))
+    short, long = run_rounds(CostAware(fp32), rounds), run_rounds(CostAware(bf16), rounds)
+    assert sum(short) < sum(long) and max(short) <= 3 < max(long), (short, long)
+
+
+def test_cost_aware_learns_its_draft_calibration_from_the_verdicts():
+    policy = CostAware(PassPrices(10.0, (100.0,) * 8))
+    before = policy.acceptance(0.95)
+    run_rounds(policy, [([0.95, 0.95, 0.95, 0.95], 0)] * 8)  # confident, and always wrong
+    assert policy.acceptance(0.95) < before / 2
+
+
+def test_cost_aware_modes_parse_and_need_prices():
+    (spec,) = parse_modes("costaware")
+    assert spec == ModeSpec("costaware", {"max_tokens": 20})
+    assert parse_modes("costaware:8")[0].params == {"max_tokens": 8}
+    with pytest.raises(SpecVizError, match="between 1 and"):
+        parse_modes("costaware:0")
+    with pytest.raises(SpecVizError, match="named twice"):
+        parse_modes("costaware,costaware:20")
+    with pytest.raises(SpecVizError, match="pass prices"):
+        make_policy(spec)
+    policy = make_policy(spec, prices=PassPrices(5.0, (10.0, 11.0)))
+    assert policy.label == "cost-aware" and policy.params["prices"] == {"draft_call_ms": 5.0,
+                                                                         "target_ms": [10.0, 11.0]}
+    assert PassPrices(5.0, (10.0, 11.0)).verify_ms(4) == 13.0  # past the last window: its slope

@@ -4,7 +4,7 @@ import pytest
 
 from specviz.core.engine import generate, target_only
 from specviz.core.oracle import draft_along, finish
-from specviz.core.policies import Adaptive, Dynamic, Entropy, Heuristic, Static
+from specviz.core.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
 from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
 from specviz.study.costs import PassCosts
 from specviz.study.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
@@ -109,3 +109,20 @@ def test_replayed_times_price_the_prompt_prefill_once():
     assert cheap.measured_costs == PassCosts.from_comparison(comparison)
     k4 = cheap.static[3]
     assert k4.estimated_s == pytest.approx(0.6 + 0.1 + 0.5 + 5 * 0.01)
+
+
+@pytest.mark.parametrize("prices", [PassPrices(2.0, tuple(10.0 + 0.1 * w for w in range(21))),
+                                    PassPrices(6.0, (10.0, 10.3, 14.0, 19.0, 21.0, 23.0)),
+                                    PassPrices(10.0, (10.0, 10.3, 10.6))])
+def test_the_cost_aware_rule_is_replayed_exactly_given_the_same_prices(tiny_pair, prices):
+    """Its decisions depend on probabilities, verdicts and prices only: a replay along the run's answer
+    gives its target and draft passes to the pass, on cheap, steep and useless drafts alike; and it
+    stays lossless."""
+    baseline = target_only(tiny_pair, PROMPT, MAX_NEW)
+    trace = generate(tiny_pair, PROMPT, CostAware(prices), MAX_NEW)
+    assert trace.token_ids == baseline.token_ids
+    comparison = Comparison(preset="tiny", prompt="tiny", max_new_tokens=MAX_NEW, baseline=baseline, traces=[trace],
+                            prompt_tokens=len(PROMPT),
+                            draft_along_reference=finish(draft_along(tiny_pair, PROMPT, baseline.token_ids)))
+    predicted = replay(comparison, CostAware(prices))
+    assert (predicted.target_passes, predicted.draft_passes) == (trace.target_passes, trace.draft_passes)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .engine import CachedModel
+from .policies import PassPrices
 
 if TYPE_CHECKING:
     from .models import ModelPair
@@ -121,3 +122,13 @@ def table(curve: CostCurve) -> list[str]:
     lines.append(f"{'draft, prefill of the context':<34}{curve.draft_prefill_ms:>9.1f}"
                  f"{curve.draft_prefill_ms / curve.target_ms[0]:>9.2f}")
     return lines
+
+
+def pass_prices(pair: ModelPair, repeats: int = 3) -> PassPrices:
+    """The pair's prices for the cost-aware rule: its cost curve, measured once per loaded pair
+    (a few seconds) and kept on it, read at every window from 1 to the largest measured."""
+    if pair.prices is None:
+        curve = measure(pair, context=128, repeats=repeats)
+        pair.prices = PassPrices(curve.draft_call_ms,
+                                 tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1)))
+    return pair.prices

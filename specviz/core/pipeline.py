@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from ..errors import SpecVizError
 from . import gpu
+from .costcurve import pass_prices
 from .engine import decode_target_only, speculate
 from .models import ModelPair, encode_prompt, get_pair
 from .oracle import oracle_search
@@ -252,9 +253,19 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         baseline.text = pair.tokenizer.decode(baseline.token_ids, skip_special_tokens=True)
         comparison.baseline = baseline
 
+    def policy_for(spec: ModeSpec) -> Iterator[Update]:
+        """The spec's policy; the cost-aware rule's prices are measured on the pair first (once)."""
+        if spec.policy != "costaware":
+            return make_policy(spec)
+        if pair.prices is None:
+            message = "Measuring what a pass costs on this machine (for the cost-aware rule)"
+            say(message)
+            yield Update(comparison, None, message)
+        return make_policy(spec, prices=pass_prices(pair))
+
     oracle_specs = [s for s in request.modes if s.policy == "oracle"] if greedy else []
     for spec in [s for s in request.modes if s.policy != "oracle"]:
-        yield from run_policy(make_policy(spec))
+        yield from run_policy((yield from policy_for(spec)))
         if comparison.partial:
             break
         if greedy and oracle is None and comparison.traces[-1].stop_reason != "stopped":

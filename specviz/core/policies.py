@@ -237,6 +237,123 @@ class Entropy(Policy):
         return f"entropy h={self.max_entropy:g}"
 
 
+@dataclass(frozen=True)
+class PassPrices:
+    """What a round costs on the machine at hand, in milliseconds: a draft call, and the target's
+    pass over a window of 1, 2, ... new tokens (`target_ms[w - 1]`; past the last, its slope)."""
+
+    draft_call_ms: float
+    target_ms: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.target_ms or not all(ms > 0 for ms in (self.draft_call_ms, *self.target_ms)):
+            raise SpecVizError("Pass prices must be positive milliseconds, with at least a one-token pass.")
+
+    def verify_ms(self, window: int) -> float:
+        if window <= len(self.target_ms):
+            return self.target_ms[max(1, window) - 1]
+        slope = self.target_ms[-1] - self.target_ms[-2] if len(self.target_ms) > 1 else 0.0
+        return self.target_ms[-1] + max(0.0, slope) * (window - len(self.target_ms))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"draft_call_ms": self.draft_call_ms, "target_ms": list(self.target_ms)}
+
+
+class CostAware(Policy):
+    """Keep drafting while one more draft token is worth what it costs on this machine.
+
+    A round is a renewal cycle: it takes some time and commits some tokens, so the long-run rate
+    is E[tokens per round] / E[time per round]. Adding a step that brings g expected tokens at a
+    cost of c milliseconds raises that rate exactly when g / c exceeds the rate itself (for the
+    best rate R*, this stopping rule is the optimal one: Dinkelbach's argument for ratios). One
+    more draft token after n drafted brings g = P(the n drafted are all accepted) x a, where a is
+    the chance that the next one is accepted too, and costs c = one draft call plus what one more
+    row adds to the verification pass, V(n + 2) - V(n + 1). So: draft token n + 1 while
+    g / c > R, with R the run's throughput so far (tokens over the time its rounds took, priced
+    with the same costs; before the first round, plain decoding's 1 / V(1)). The first token of a
+    round also pays the draft's catch-up calls (one per token committed since it last drafted):
+    where that is not worth it, the round drafts nothing, which is plain decoding, as it should be
+    where a draft costs as much as the target.
+
+    Acceptance comes from the draft's probability, calibrated on the run's own verdicts: in ten
+    bins of probability, accepted / judged with a prior worth `prior_weight` tokens that the draft
+    is calibrated (a = p). The next token's chance is estimated by the last one's (a draft's
+    confidence runs in streaks). Every decision depends only on probabilities, verdicts and the
+    prices, so the what-if replay reproduces the rule exactly, given the same prices.
+    """
+
+    name = "costaware"
+    BINS = 10
+
+    def __init__(self, prices: PassPrices, max_tokens: int = 20, prior_weight: float = 4.0):
+        self.prices = prices
+        self.max_tokens = _check_lookahead(max_tokens, "Cost-aware maximum lookahead")
+        self.prior_weight = prior_weight
+        self.accepted_in_bin = [0] * self.BINS
+        self.judged_in_bin = [0] * self.BINS
+        self.tokens, self.time_ms = 0.0, 0.0  # the run so far, priced
+        self.fed = -1  # the last answer position the draft has read (engine.Drafter), -1: none
+        self.position = 0
+        self.alive = 1.0  # P(every token drafted so far this round is accepted)
+        self.decisions: list[tuple[int, float, float]] = []  # (window, gain per ms, rate) at each choice
+
+    # ---- the numbers the rule weighs ----
+
+    def acceptance(self, prob: float) -> float:
+        """The calibrated chance that a token the draft gave `prob` is accepted."""
+        b = min(self.BINS - 1, max(0, int(prob * self.BINS)))
+        return (self.accepted_in_bin[b] + self.prior_weight * prob) / (self.judged_in_bin[b] + self.prior_weight)
+
+    def first_acceptance(self) -> float:
+        """The chance that a round's first draft token is accepted, before it is drafted."""
+        judged = sum(self.judged_in_bin)
+        return (sum(self.accepted_in_bin) + 0.5 * self.prior_weight) / (judged + self.prior_weight)
+
+    def rate(self) -> float:
+        """Tokens per millisecond so far, with plain decoding's rate as a prior worth a few tokens."""
+        prior_ms = self.prior_weight * self.prices.verify_ms(1)
+        return (self.tokens + self.prior_weight) / (self.time_ms + prior_ms)
+
+    def worth(self, gain: float, cost_ms: float, window: int) -> bool:
+        value, rate = gain / cost_ms, self.rate()
+        self.decisions.append((window, value, rate))
+        return value > rate
+
+    # ---- the policy interface ----
+
+    def start_round(self, position: int) -> int:
+        self.position, self.alive = position, 1.0
+        catch_up = max(0, position - self.fed - 1)  # committed tokens the draft has not read
+        cost = self.prices.draft_call_ms * (1 + catch_up) + self.prices.verify_ms(2) - self.prices.verify_ms(1)
+        return self.max_tokens if self.worth(self.first_acceptance(), cost, 1) else 0
+
+    def keep_drafting(self, step: DraftStep) -> bool:
+        chance = self.acceptance(step.prob)
+        self.alive *= chance
+        drafted = step.index + 1
+        cost = self.prices.draft_call_ms + self.prices.verify_ms(drafted + 2) - self.prices.verify_ms(drafted + 1)
+        return self.worth(self.alive * chance, cost, drafted + 1)
+
+    def end_round(self, drafted: int, accepted: int, probs: Sequence[float]) -> None:
+        for i, prob in enumerate(probs[: min(drafted, accepted + 1)]):  # tokens after a rejection: unjudged
+            b = min(self.BINS - 1, max(0, int(prob * self.BINS)))
+            self.judged_in_bin[b] += 1
+            self.accepted_in_bin[b] += i < accepted
+        catch_up = max(0, self.position - self.fed - 1) if drafted else 0
+        self.time_ms += self.prices.draft_call_ms * (drafted + catch_up) + self.prices.verify_ms(drafted + 1)
+        self.tokens += accepted + 1
+        if drafted:
+            self.fed = self.position + min(accepted, drafted - 1)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "prices": self.prices.to_dict()}
+
+    @property
+    def label(self) -> str:
+        return cost_aware_label(self.max_tokens)
+
+
 class Oracle(Policy):
     """Drafts exactly as many tokens as the target will accept, known in advance.
 
@@ -268,11 +385,11 @@ DEFAULT_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 # One request's modes: as many as the page has columns for, and a few more. Each mode is a whole
 # decoding run with the models held, so a request naming hundreds would hold them for everyone.
 MAX_MODES = 8
-POLICY_NAMES = ("static", "heuristic", "dynamic", "oracle", "adaptive", "entropy")
+POLICY_NAMES = ("static", "heuristic", "dynamic", "oracle", "adaptive", "entropy", "costaware")
 
 
 def parse_modes(text: str, max_modes: int = MAX_MODES) -> list[ModeSpec]:
-    """Parse `static:5,heuristic:5,dynamic:0.4[:20],oracle,adaptive:0.4[:20],entropy:1.0[:20]`:
+    """Parse `static:5,heuristic:5,dynamic:0.4[:20],oracle,adaptive:0.4[:20],entropy:1.0[:20],costaware[:20]`:
     at most `max_modes` modes, none twice."""
     parts = [p.strip() for p in (text or "").split(",") if p.strip()]
     if len(parts) > max_modes:  # before parsing: a refusal in microseconds, whatever the length
@@ -293,12 +410,16 @@ def parse_modes(text: str, max_modes: int = MAX_MODES) -> list[ModeSpec]:
             elif name == "entropy":
                 params = {"max_entropy": float(args[0]) if args else 1.0,
                           "max_tokens": int(args[1]) if len(args) > 1 else 20}
+            elif name == "costaware":
+                params = {"max_tokens": int(args[0]) if args else 20}
             else:
                 params = {}
         except ValueError:
             raise SpecVizError(f"Cannot read the settings in mode {part!r}.") from None
         spec = ModeSpec(name, params)
-        if name != "oracle":
+        if name == "costaware":  # its prices are measured on the pair, later
+            _check_lookahead(params["max_tokens"], "Cost-aware maximum lookahead")
+        elif name != "oracle":
             make_policy(spec)  # validates the numbers now, before any model work
         specs.append(spec)
     if not specs:
@@ -315,14 +436,28 @@ def check_modes(specs: Sequence[ModeSpec], max_modes: int = MAX_MODES) -> None:
         raise SpecVizError(f"{len(specs)} modes given; at most {max_modes} can run in one comparison.")
     seen: set[str] = set()
     for spec in specs:
-        label = "oracle" if spec.policy == "oracle" else make_policy(spec).label
+        label = mode_label(spec)
         if label in seen:
             raise SpecVizError(f"The mode {label!r} is named twice: name each mode once.")
         seen.add(label)
 
 
-def make_policy(spec: ModeSpec, oracle: Oracle | None = None) -> Policy:
-    """A fresh policy for one run (policies carry state, so never share one across runs)."""
+def mode_label(spec: ModeSpec) -> str:
+    """The label a mode's run will carry, without what its policy needs from a pair."""
+    if spec.policy == "oracle":
+        return "oracle"
+    if spec.policy == "costaware":
+        return cost_aware_label(spec.params.get("max_tokens", 20))
+    return make_policy(spec).label
+
+
+def cost_aware_label(max_tokens: int) -> str:
+    return "cost-aware" if max_tokens == 20 else f"cost-aware m={max_tokens}"
+
+
+def make_policy(spec: ModeSpec, oracle: Oracle | None = None, prices: PassPrices | None = None) -> Policy:
+    """A fresh policy for one run (policies carry state, so never share one across runs). The oracle
+    needs its ideal line, the cost-aware rule the pair's pass prices."""
     if spec.policy == "static":
         return Static(**spec.params)
     if spec.policy == "heuristic":
@@ -337,5 +472,9 @@ def make_policy(spec: ModeSpec, oracle: Oracle | None = None) -> Policy:
         if oracle is None:
             raise SpecVizError("The oracle needs a greedy reference run.")
         return oracle
+    if spec.policy == "costaware":
+        if prices is None:
+            raise SpecVizError("The cost-aware rule needs the pair's measured pass prices.")
+        return CostAware(prices, **spec.params)
     raise SpecVizError(f"Unknown policy {spec.policy!r}.")
 

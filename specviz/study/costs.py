@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..core.trace import Comparison, Trace
-    from .report import PromptResult
+    from .records import PromptResult
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecVizError
-from .report import STUDY_MODES, ModeResult, PromptResult, RoundRecord, duration, report_markdown, write_csv
+from .records import ModeResult, PromptResult, RoundRecord
+from .report import STUDY_MODES, duration, report_markdown, write_csv
 
 STUDY_PRESETS = ("smollm2-135m-int8", "smollm2-135m-bf16")
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"

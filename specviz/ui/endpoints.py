@@ -56,7 +56,7 @@ def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128
         prompt: the question or task, in plain text; the pair's chat template is applied
         preset: the model pair, a name from the presets tool (default: the server's default pair)
         max_new_tokens: at most this many new tokens, 1 to the server's limit (512 by default)
-        modes: comma-separated policies: static:K, heuristic:K, dynamic:THRESHOLD, oracle, adaptive:T0, entropy:H
+        modes: comma-separated policies, at most 8, each once: static:K, heuristic:K, dynamic:THRESHOLD, oracle, adaptive:T0, entropy:H, costaware
         temperature: 0 for greedy decoding (lossless check and oracle); above 0 (at most 2) samples
         seed: the sampling seed, used only when temperature is above 0
 
