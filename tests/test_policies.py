@@ -229,6 +229,16 @@ def test_cost_aware_drafts_short_where_a_window_costs_more_and_long_where_it_is_
     assert sum(short) < sum(long) and max(short) <= 3 < max(long), (short, long)
 
 
+def test_cost_aware_comes_back_to_drafting_after_an_unlucky_start():
+    """Plain rounds bring no verdicts: early rejections must not keep the rule plain for good (they
+    did, on the real pair, with the draft's catch-up charged to the first token and no optimism)."""
+    bf16 = PassPrices(61.0, (168.0, 168.0, 169.0, 171.0, 172.0, 173.0, 174.0, 175.0))
+    probs = [0.9] * 20
+    drafted = run_rounds(CostAware(bf16), [(probs, 0)] * 10 + [(probs, 6)] * 30)
+    assert 0 in drafted[:12], drafted  # the unlucky start made it stop ...
+    assert all(drafted[-10:]), drafted  # ... and it is drafting again, and keeps to it
+
+
 def test_cost_aware_learns_its_draft_calibration_from_the_verdicts():
     policy = CostAware(PassPrices(10.0, (100.0,) * 8))
     before = policy.acceptance(0.95)

@@ -273,11 +273,28 @@ def test_bad_options_are_one_line_errors(capsys, tmp_path):
     assert main(["study", "--limit", "0", "--out", str(tmp_path)]) == 2
     assert main(["study", "--report-only", "--out", str(tmp_path / "nothing")]) == 2
     assert main(["study", "--preset", "no-such-pair", "--limit", "1", "--out", str(tmp_path)]) == 2
+    assert main(["study", "--modes", "static:5,telepathy", "--limit", "1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--limit must be at least 1" in err and "No results in" in err and "Unknown preset" in err
+    assert "Unknown mode 'telepathy'" in err and not (tmp_path / "results.jsonl").exists()
 
 
 # ---- one real run on the bundled pair ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_study_runs_the_modes_it_is_given_and_says_what_ran(tmp_path, restore_threads, capsys):
+    out = tmp_path / "out"
+    assert main(["study", "--preset", "smollm2-135m-int8", "--suites", study.DEFAULT_SUITES[0], "--limit", "1",
+                 "--max-new-tokens", "12", "--threads", "1", "--modes", "static:3,costaware,oracle",
+                 "--out", str(out)]) == 0
+    (line,) = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    record = PromptResult.from_dict(json.loads(line))
+    assert [m.label for m in record.modes] == ["static k=3", "cost-aware", "oracle"]
+    assert all(m.lossless for m in record.modes)
+    report = (out / "STUDY.md").read_text(encoding="utf-8")
+    assert "modes static k=3, cost-aware, oracle" in report
+    assert "smollm2-135m-int8 ran as: target fp32" in report  # the set-up, from the loaded pair
 
 
 @pytest.mark.slow

@@ -552,13 +552,14 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
                   (f"  - machine: {inv.get('cpu', '?')}, {inv.get('cores', '?')} cores; torch threads "
                    f"(`torch.get_num_threads()`) {inv.get('torch_threads', '?')}; "
                    + ", ".join(f"{k} {v}" for k, v in (inv.get('versions') or {}).items()))]
+        lines += [f"  - {preset} ran as: {setup}" for preset, setup in (inv.get("setups") or {}).items()]
     if report_command:
         lines.append(f"- report regenerated with `{report_command}`")
     total = sum(r.seconds for r in done)
     per_preset_count = ", ".join(f"{p}: {sum(r.preset == p for r in done)}" for p in presets)
     budgets = ", ".join(sorted({str(r.max_new_tokens) for r in done}))
     lines += ["", (f"Prompts: {len(done)} records ({per_preset_count}), at most {budgets} new tokens, greedy, "
-                   f"modes {STUDY_MODES}, one prompt at a time. Compute time of these prompts: {duration(total)} "
+                   f"modes {', '.join(dict.fromkeys(m.label for r in done for m in r.modes)) or STUDY_MODES}, one prompt at a time. Compute time of these prompts: {duration(total)} "
                    f"(mean {total / len(done) if done else 0:.1f} s per prompt)."
                    + (f" Left out: {partial} partial records (time budget ran out)." if partial else "")), ""]
     if done:

@@ -186,6 +186,10 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
         raise SpecVizError("--limit must be at least 1.")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise SpecVizError("--max-new-tokens must be at least 1.")
+    if args.modes is not None:
+        from ..core.policies import parse_modes
+
+        parse_modes(args.modes)  # a mistake is refused now, not after the models load
     suite_paths = args.suites or ([] if args.report_only else DEFAULT_SUITES)
     if suite_paths:
         from .bench import read_suite  # imports torch: only when suites are read
@@ -227,7 +231,7 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
                                   "finished": None, "wall_s": 0.0, "prompts_run": 0,
                                   "prompts_skipped": len(jobs) - len(todo), **machine()}
     if todo:
-        _run(todo, max_new_tokens, args.threads, store, meta, invocation, started, say)
+        _run(todo, args.modes or STUDY_MODES, max_new_tokens, args.threads, store, meta, invocation, started, say)
     invocation["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     invocation["wall_s"] = round(time.perf_counter() - started, 1)
     if todo:
@@ -237,8 +241,8 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     return 0
 
 
-def _run(todo: list[tuple[str, Any, int]], max_new_tokens: int, threads: int | None, store: ResultStore, meta: Meta,
-         invocation: dict[str, Any], started: float, say: Callable[[str], None]) -> None:
+def _run(todo: list[tuple[str, Any, int]], modes_text: str, max_new_tokens: int, threads: int | None,
+         store: ResultStore, meta: Meta, invocation: dict[str, Any], started: float, say: Callable[[str], None]) -> None:
     """Compute the prompts not done yet, one at a time, saving each as it finishes."""
     import torch
 
@@ -251,12 +255,14 @@ def _run(todo: list[tuple[str, Any, int]], max_new_tokens: int, threads: int | N
     invocation.update(torch_threads=torch.get_num_threads(), versions=_versions())
     meta.invocations.append(invocation)
     meta.save()
-    modes = parse_modes(STUDY_MODES)
+    modes = parse_modes(modes_text)
     limits = _bench_limits()
     spent: list[float] = []
     for preset in dict.fromkeys(job[0] for job in todo):
         # One pair at a time, let go before the next: two pairs at once would double the memory.
-        get_pair(preset, progress=say)
+        # What runs (precision, kernels) is chosen per machine at load: the records' figures need it.
+        invocation.setdefault("setups", {})[preset] = get_pair(preset, progress=say).setup
+        meta.save()
         for preset_, item, index in [job for job in todo if job[0] == preset]:
             t0 = time.perf_counter()
             # Through the door of model work (a GPU slot on a ZeroGPU Space), by the preset's name.
@@ -287,6 +293,9 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                    "(default study-out)")
     s.add_argument("--report", default=None, help="where to write the report (default OUT/STUDY.md)")
     s.add_argument("--limit", type=int, default=None, help="first N prompts of each suite (for tests)")
+    s.add_argument("--modes", default=None,
+                   help=f"the policies run on every prompt, as in compare (default {STUDY_MODES}); a prompt "
+                        "already in results.jsonl is not redone for another mode list (--force does)")
     s.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     s.add_argument("--force", action="store_true", help="recompute prompts already in results.jsonl")
     s.add_argument("--report-only", action="store_true",
