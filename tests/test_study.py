@@ -9,8 +9,10 @@ import json
 import pytest
 
 from specviz.cli import main
+from specviz.core.policies import CostAware, Dynamic, PassPrices
 from specviz.study import runner as study
 from specviz.study.costs import PassCosts
+from specviz.study.hindsight import best_dynamic
 from specviz.study.report import (
     ModeResult,
     PromptResult,
@@ -25,6 +27,7 @@ from specviz.study.report import (
     suite_figures,
 )
 from specviz.study.runner import ResultStore
+from specviz.study.sweep import replay
 
 # ---- pure functions ----------------------------------------------------------------------
 
@@ -285,16 +288,44 @@ def test_bad_options_are_one_line_errors(capsys, tmp_path):
 @pytest.mark.slow
 def test_study_runs_the_modes_it_is_given_and_says_what_ran(tmp_path, restore_threads, capsys):
     out = tmp_path / "out"
-    assert main(["study", "--preset", "smollm2-135m-int8", "--suites", study.DEFAULT_SUITES[0], "--limit", "1",
-                 "--max-new-tokens", "12", "--threads", "1", "--modes", "static:3,costaware,oracle",
+    assert main(["study", "--preset", "smollm2-135m-int8", "--suites", study.DEFAULT_SUITES[0], "--limit", "2",
+                 "--max-new-tokens", "16", "--threads", "1", "--modes", "heuristic:5,dynamic:0.4,costaware,oracle",
                  "--out", str(out)]) == 0
-    (line,) = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
-    record = PromptResult.from_dict(json.loads(line))
-    assert [m.label for m in record.modes] == ["static k=3", "cost-aware", "oracle"]
-    assert all(m.lossless for m in record.modes)
+    records = [PromptResult.from_dict(json.loads(line))
+               for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [m.label for m in records[0].modes] == ["heuristic k0=5", "dynamic t=0.4", "cost-aware", "oracle"]
+    assert all(m.lossless for r in records for m in r.modes)
     report = (out / "STUDY.md").read_text(encoding="utf-8")
-    assert "modes static k=3, cost-aware, oracle" in report
+    assert "modes heuristic k0=5, dynamic t=0.4, cost-aware, oracle" in report
     assert "smollm2-135m-int8 ran as: target fp32" in report  # the set-up, from the loaded pair
+
+    # each prompt's whole comparison is kept beside its record: the what-if replay reproduces the
+    # cost-aware rule and dynamic 0.4 on it, pass for pass
+    costs = PassCosts.from_records(records)
+    for record in records:
+        saved = study.load_comparison(study.comparison_path(out, record.preset, record.suite, record.prompt_id, 16))
+        traces = {t.policy: t for t in saved.comparison.traces}
+        prices = traces["costaware"].params["prices"]
+        rules = {"costaware": CostAware(PassPrices(prices["draft_call_ms"], tuple(prices["target_ms"]))),
+                 "dynamic": Dynamic(0.4)}
+        for policy, rule in rules.items():
+            predicted = replay(saved.comparison, rule, eos_ids=saved.eos_ids)
+            assert (predicted.target_passes, predicted.draft_passes) == (
+                traces[policy].target_passes, traces[policy].draft_passes), policy
+    # section 5: the rule against the others and the best threshold in hindsight, which is no worse
+    # than 0.4 (one of the thresholds it tries)
+    section = report.split("### 5. The cost-aware rule")[1]
+    (row,) = [line for line in section.splitlines() if line.startswith("| coding |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    best = best_dynamic(list(study.saved_runs(out, records).values()), costs)
+    assert cells[4].startswith(f"t={best.threshold:g}:")
+    dynamic_modeled = sum(costs.modeled_time(r.mode("dynamic").target_passes, r.mode("dynamic").draft_passes,
+                                             r.prompt_tokens) for r in records)
+    assert best.modeled_s <= dynamic_modeled + 1e-9
+    cost_aware_modeled = sum(costs.modeled_time(r.mode("costaware").target_passes, r.mode("costaware").draft_passes,
+                                                r.prompt_tokens) for r in records)
+    assert cells[5] == f"{cost_aware_modeled / best.modeled_s:.3f}"
+    assert verdict_row(report, "The cost-aware rule") in (["**holds**"], ["**does not hold**"])
 
 
 @pytest.mark.slow

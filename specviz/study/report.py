@@ -12,18 +12,21 @@ from __future__ import annotations
 import csv
 import itertools
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .analysis import Judged, auc, judged_among, split_at
 from .costs import PassCosts
+from .hindsight import Hindsight, SavedRun, best_dynamic
 from .records import ModeResult, PromptResult, RoundRecord
 
 STUDY_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 THRESHOLD = 0.4  # dynamic's confidence threshold, where the calibration is split
 HEADLINE_SUITE = "coding"  # the study's headline is an MBPP prompt: our MBPP-style suite
+HINDSIGHT_MARGIN = 0.05  # the cost-aware rule "keeps up" with the best threshold in hindsight within this
+COST_AWARE_RIVALS = ("dynamic", "heuristic")  # what it has to beat, suite by suite
 
 # The study's published figures (DESIGN.md), quoted beside ours; never used in a verdict.
 STUDY_HEADLINE = {"static": (38, 192), "oracle": (27, 129)}  # (target passes, draft passes)
@@ -74,6 +77,14 @@ RULES = f"""\
   them well at {AUC_WELL} or more, weakly from {AUC_WEAKLY}, barely below that. A draft call's
   cost is its mean time over a target-only one-token pass's, both measured in the same suite
   (the passes that read the prompt left out, where they were timed apart).
+- **The cost-aware rule** (issue 29; where a run has it): in a suite it *wins* when its time summed
+  over the suite is lower than both dynamic 0.4's and the heuristic's (measured or modeled time,
+  as for the dynamic rule above), and it *keeps up* when its modeled time is at most
+  {HINDSIGHT_MARGIN:.0%} above the best dynamic threshold's in hindsight: the threshold among
+  0.05, 0.10, ... 0.95 whose what-if replay (the saved comparisons, sweep.py) gives the least
+  modeled time summed over that suite, priced with the same per-pass costs. Hindsight is modeled
+  time only: no run measured those thresholds. Over a preset: *holds* when it wins in at least
+  2 of 3 suites (more than half of the suites run) and keeps up in every suite.
 - Records cut short by the time budget (partial) are left out of every figure and redone by
   the next run."""
 
@@ -270,7 +281,7 @@ class SuiteFigures:
 def suite_figures(preset: str, suite: str, results: Sequence[PromptResult]) -> SuiteFigures:
     results = sorted(results, key=lambda r: r.index)
     costs = PassCosts.from_records(results)
-    totals = {p: t for p in ("static", "heuristic", "dynamic", "oracle")
+    totals = {p: t for p in ("static", "heuristic", "dynamic", "costaware", "oracle")
               if (t := policy_totals(results, p, costs)) is not None}
     new_tokens = sum(r.new_tokens for r in results)
     oracle_rounds = [[rd.lookahead for rd in m.rounds] for r in results if (m := r.mode("oracle")) is not None]
@@ -426,6 +437,54 @@ def dynamic_section(suites: Sequence[SuiteFigures], measured: bool = False) -> t
     return lines, holds
 
 
+def _both(s: SuiteFigures, policy: str) -> str:
+    return f"{_x(s.measured_speedup(policy))} ({_x(s.modeled_speedup(policy))} modeled)"
+
+
+def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str, str, str, int], SavedRun],
+                       measured: bool = False) -> tuple[list[str], bool | None]:
+    """Section 5: the cost-aware rule against dynamic 0.4, the heuristic and the best threshold in
+    hindsight (None: no suite ran it)."""
+    if not any("costaware" in s.totals for s in suites):
+        return [], None
+    decides = "measured" if measured else "modeled"
+    lines = ["### 5. The cost-aware rule", "",
+             ("Per suite, summed over its prompts: speedups over target-only decoding, measured (wall time) and "
+              "modeled (section 4's per-pass costs); the best dynamic threshold in hindsight is modeled only "
+              f"(the rules above). For this pair **{decides}** time decides wins."), "",
+             ("| suite | cost-aware | dynamic 0.4 | heuristic | best threshold in hindsight | cost-aware / best "
+              "(modeled time) | wins | keeps up |"), "|---|---|---|---|---|---|---|---|"]
+    wins_flags, keeps_flags = [], []
+    for s in suites:
+        ca = s.totals.get("costaware")
+        rivals = [s.totals.get(p) for p in COST_AWARE_RIVALS]
+        if ca is None or any(r is None for r in rivals):
+            continue
+        wins = all((ca.wall_s < r.wall_s) if measured else (ca.modeled_s < r.modeled_s) for r in rivals if r is not None)
+        runs = [saved[r.key] for r in s.results if r.key in saved]
+        best: Hindsight | None = best_dynamic(runs, s.costs) if len(runs) == len(s.results) else None
+        over = ca.modeled_s / best.modeled_s if best is not None and best.modeled_s > 0 else None
+        keeps = None if over is None else over <= 1 + HINDSIGHT_MARGIN
+        wins_flags.append(wins)
+        if keeps is not None:
+            keeps_flags.append(keeps)
+
+        hindsight = ("n/a (comparisons not saved)" if best is None else
+                     f"t={best.threshold:g}: {_x(s.target_only_modeled_s / best.modeled_s)} modeled")
+        lines.append(f"| {s.suite} | {_both(s, 'costaware')} | {_both(s, 'dynamic')} | {_both(s, 'heuristic')} | {hindsight} "
+                     f"| {'n/a' if over is None else f'{over:.3f}'} | {'yes' if wins else 'no'} "
+                     f"| {'n/a' if keeps is None else ('yes' if keeps else 'no')} |")
+    if not wins_flags:
+        return lines + ["", "Not checked: dynamic or the heuristic missing.", ""], None
+    all_checked = len(keeps_flags) == len(wins_flags)
+    holds = majority(wins_flags) and all_checked and all(keeps_flags)
+    lines += ["", (f"The cost-aware rule wins in {sum(wins_flags)} of {len(wins_flags)} suites ({decides} time) and "
+                   f"keeps up with the best threshold in hindsight in {sum(keeps_flags)} of {len(wins_flags)}"
+                   + ("" if all_checked else " (the others could not be replayed)")
+                   + f": **{'holds' if holds else 'does not hold'}**."), ""]
+    return lines, holds
+
+
 def _calibration_words(value: float | None) -> str:
     if value is None:
         return "cannot be measured (no accepted or no rejected tokens)"
@@ -532,8 +591,10 @@ def prefill_coverage_line(records: Sequence[PromptResult]) -> str:
 
 
 def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[str, Any]],
-                    results_link: str, report_command: str | None = None) -> str:
-    """STUDY.md from the records alone. `invocations`: the runs that produced them (meta.json)."""
+                    results_link: str, report_command: str | None = None,
+                    saved: Mapping[tuple[str, str, str, int], SavedRun] | None = None) -> str:
+    """STUDY.md from the records. `invocations`: the runs that produced them (meta.json); `saved`:
+    the prompts' whole comparisons where kept, for the what-if replays (section 5)."""
     done = [r for r in records if not r.partial]
     partial = len(records) - len(done)
     presets = list(dict.fromkeys(r.preset for r in done))
@@ -578,7 +639,8 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
         headline, h = headline_section(coding)
         jumps, j = jumps_section(figures)
         dynamic, d = dynamic_section(figures, measured=decided_by_measured_time(preset))
-        verdicts[preset] = {"headline": h, "jumps": j, "dynamic": d}
+        cost_aware, c = cost_aware_section(figures, saved or {}, measured=decided_by_measured_time(preset))
+        verdicts[preset] = {"headline": h, "jumps": j, "dynamic": d, "costaware": c}
         lossless = sum(m.lossless is True for f in figures for r in f.results for m in r.modes)
         modes_run = sum(len(r.modes) for f in figures for r in f.results)
         suites_run = ", ".join(f"{f.suite} ({_n(len(f.results), 'prompt')})" for f in figures)
@@ -586,15 +648,21 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
                    (f"Suites: {suites_run}. Lossless check: "
                     f"{lossless} of {modes_run} policy runs produced exactly target-only decoding's tokens."), "",
                    exactness_sentence([r for f in figures for r in f.results]), ""]
-        bodies += headline + jumps + dynamic + why_section(figures)
+        bodies += headline + jumps + dynamic + why_section(figures) + cost_aware
 
     claims = [("headline", ("A fixed lookahead wastes work: the oracle needs fewer target and draft passes than "
                            "static k=5 (coding)")),
               ("jumps", "The oracle's lookahead jumps around from round to round"),
-              ("dynamic", "The dynamic rule (threshold 0.4) beats the heuristic schedule")]
+              ("dynamic", "The dynamic rule (threshold 0.4) beats the heuristic schedule"),
+              ("costaware", ("The cost-aware rule beats dynamic 0.4 and the heuristic and keeps up with the best "
+                             "threshold in hindsight"))]
     lines += ["## Verdicts", "", "| claim | " + " | ".join(presets) + " |", "|---" * (len(presets) + 1) + "|"]
     for key, text in claims:
-        cells = [("not checked" if verdicts[p][key] is None else verdict(bool(verdicts[p][key]))) for p in presets]
+        if key == "costaware" and all(verdicts[p][key] is None for p in presets):
+            continue  # no run had the rule
+        cells = [("not checked" if verdicts[p][key] is None else
+                  (f"**{'holds' if verdicts[p][key] else 'does not hold'}**" if key == "costaware" else
+                   verdict(bool(verdicts[p][key])))) for p in presets]
         lines.append(f"| {text} | " + " | ".join(cells) + " |")
     lines += ["", "## The rules", "", RULES, ""]
     return "\n".join(lines + bodies) + "\n"

@@ -12,6 +12,7 @@ with `--report-only` without loading any model.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -25,7 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..core.trace import Comparison
 from ..errors import SpecVizError
+from .hindsight import SavedRun
 from .records import ModeResult, PromptResult, RoundRecord
 from .report import STUDY_MODES, duration, report_markdown, write_csv
 
@@ -55,6 +58,39 @@ def result_from_comparison(preset: str, suite: str, prompt_id: str, index: int, 
                         len(comparison.baseline.token_ids), round(comparison.baseline.wall_s, 6), round(seconds, 3),
                         comparison.partial, torch_threads, datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         modes, target_only_prefill_s=round(comparison.baseline.prefill_s, 6))
+
+
+def comparison_path(out: Path, preset: str, suite: str, prompt_id: str, max_new_tokens: int) -> Path:
+    """Where a prompt's whole comparison is kept beside its record: every round's tokens and the
+    draft along the answer, what the what-if replay needs to try other policies on it later."""
+    return out / "comparisons" / preset / f"{suite}-{prompt_id}-{max_new_tokens}.json.gz"
+
+
+def save_comparison(path: Path, comparison: Any, eos_ids: Sequence[int]) -> None:
+    """The comparison and the pair's end-of-text ids (a replay stops drafting at one), gzipped."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".part")  # a kill mid-write leaves no torn file behind
+    with gzip.open(partial, "wt", encoding="utf-8") as f:
+        json.dump({"eos_ids": list(eos_ids), "comparison": comparison.to_dict()}, f, ensure_ascii=False)
+    partial.replace(path)
+
+
+def load_comparison(path: Path) -> SavedRun:
+    """What `save_comparison` wrote."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        saved = json.load(f)
+    return SavedRun(Comparison.from_dict(saved["comparison"]), tuple(saved["eos_ids"]))
+
+
+def saved_runs(out: Path, records: Iterable[PromptResult]) -> dict[tuple[str, str, str, int], SavedRun]:
+    """The saved comparisons of these records, by record key (records from before they were kept
+    have none)."""
+    runs = {}
+    for r in records:
+        path = comparison_path(out, r.preset, r.suite, r.prompt_id, r.max_new_tokens)
+        if path.is_file():
+            runs[r.key] = load_comparison(path)
+    return runs
 
 
 class ResultStore:
@@ -175,7 +211,8 @@ def write_report(out: Path, report: Path, store: ResultStore, selection: Selecti
     write_csv(out / "results.csv", records)
     link = os.path.relpath(store.path, report.parent)
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(report_markdown(records, meta.invocations, link, report_command), encoding="utf-8")
+    saved = saved_runs(out, records)
+    report.write_text(report_markdown(records, meta.invocations, link, report_command, saved), encoding="utf-8")
     return report
 
 
@@ -261,13 +298,16 @@ def _run(todo: list[tuple[str, Any, int]], modes_text: str, max_new_tokens: int,
     for preset in dict.fromkeys(job[0] for job in todo):
         # One pair at a time, let go before the next: two pairs at once would double the memory.
         # What runs (precision, kernels) is chosen per machine at load: the records' figures need it.
-        invocation.setdefault("setups", {})[preset] = get_pair(preset, progress=say).setup
+        pair = get_pair(preset, progress=say)
+        invocation.setdefault("setups", {})[preset], eos_ids = pair.setup, list(pair.eos_token_ids)
+        del pair  # held here, release_pair below could not let it go
         meta.save()
         for preset_, item, index in [job for job in todo if job[0] == preset]:
             t0 = time.perf_counter()
             # Through the door of model work (a GPU slot on a ZeroGPU Space), by the preset's name.
             comparison = compare_preset(preset, make_request(item.prompt, modes, max_new_tokens, limits=limits), limits)
             seconds = time.perf_counter() - t0
+            save_comparison(comparison_path(store.path.parent, preset_, item.suite, item.id, max_new_tokens), comparison, eos_ids)
             store.append(result_from_comparison(preset_, item.suite, item.id, index, comparison, seconds,
                                                 torch.get_num_threads()))
             spent.append(seconds)
