@@ -237,10 +237,15 @@ def decided_by_measured_time(preset: str) -> bool:
     return preset not in MODELED_PRESETS
 
 
-def dynamic_wins(dynamic: PolicyTotals, heuristic: PolicyTotals, measured: bool = False) -> bool:
+def faster(first: PolicyTotals, second: PolicyTotals, measured: bool = False) -> bool:
+    """`first` took less time over the suite than `second`: measured or modeled (RULES)."""
     if measured:
-        return dynamic.wall_s < heuristic.wall_s
-    return dynamic.modeled_s < heuristic.modeled_s
+        return first.wall_s < second.wall_s
+    return first.modeled_s < second.modeled_s
+
+
+def dynamic_wins(dynamic: PolicyTotals, heuristic: PolicyTotals, measured: bool = False) -> bool:
+    return faster(dynamic, heuristic, measured)
 
 
 def verdict(holds: bool) -> str:
@@ -457,10 +462,9 @@ def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str,
     wins_flags, keeps_flags = [], []
     for s in suites:
         ca = s.totals.get("costaware")
-        rivals = [s.totals.get(p) for p in COST_AWARE_RIVALS]
-        if ca is None or any(r is None for r in rivals):
+        if ca is None or any(p not in s.totals for p in COST_AWARE_RIVALS):
             continue
-        wins = all((ca.wall_s < r.wall_s) if measured else (ca.modeled_s < r.modeled_s) for r in rivals if r is not None)
+        wins = all(faster(ca, s.totals[p], measured) for p in COST_AWARE_RIVALS)
         runs = [saved[r.key] for r in s.results if r.key in saved]
         best: Hindsight | None = best_dynamic(runs, s.costs) if len(runs) == len(s.results) else None
         over = ca.modeled_s / best.modeled_s if best is not None and best.modeled_s > 0 else None

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..core.policies import ModeSpec, parse_modes
 from ..core.trace import Comparison
 from ..errors import SpecVizError
 from .hindsight import SavedRun
@@ -66,7 +67,7 @@ def comparison_path(out: Path, preset: str, suite: str, prompt_id: str, max_new_
     return out / "comparisons" / preset / f"{suite}-{prompt_id}-{max_new_tokens}.json.gz"
 
 
-def save_comparison(path: Path, comparison: Any, eos_ids: Sequence[int]) -> None:
+def save_comparison(path: Path, comparison: Comparison, eos_ids: Sequence[int]) -> None:
     """The comparison and the pair's end-of-text ids (a replay stops drafting at one), gzipped."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".part")  # a kill mid-write leaves no torn file behind
@@ -223,10 +224,7 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
         raise SpecVizError("--limit must be at least 1.")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise SpecVizError("--max-new-tokens must be at least 1.")
-    if args.modes is not None:
-        from ..core.policies import parse_modes
-
-        parse_modes(args.modes)  # a mistake is refused now, not after the models load
+    modes = parse_modes(args.modes or STUDY_MODES)  # a mistake is refused now, not after the models load
     suite_paths = args.suites or ([] if args.report_only else DEFAULT_SUITES)
     if suite_paths:
         from .bench import read_suite  # imports torch: only when suites are read
@@ -268,7 +266,7 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
                                   "finished": None, "wall_s": 0.0, "prompts_run": 0,
                                   "prompts_skipped": len(jobs) - len(todo), **machine()}
     if todo:
-        _run(todo, args.modes or STUDY_MODES, max_new_tokens, args.threads, store, meta, invocation, started, say)
+        _run(todo, modes, max_new_tokens, args.threads, store, meta, invocation, started, say)
     invocation["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     invocation["wall_s"] = round(time.perf_counter() - started, 1)
     if todo:
@@ -278,21 +276,19 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     return 0
 
 
-def _run(todo: list[tuple[str, Any, int]], modes_text: str, max_new_tokens: int, threads: int | None,
+def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens: int, threads: int | None,
          store: ResultStore, meta: Meta, invocation: dict[str, Any], started: float, say: Callable[[str], None]) -> None:
     """Compute the prompts not done yet, one at a time, saving each as it finishes."""
     import torch
 
     from ..core.models import get_pair, release_pair
     from ..core.pipeline import compare_preset, make_request
-    from ..core.policies import parse_modes
     from .bench import _bench_limits, set_threads
 
     set_threads(threads)
     invocation.update(torch_threads=torch.get_num_threads(), versions=_versions())
     meta.invocations.append(invocation)
     meta.save()
-    modes = parse_modes(modes_text)
     limits = _bench_limits()
     spent: list[float] = []
     for preset in dict.fromkeys(job[0] for job in todo):
