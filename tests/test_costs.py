@@ -114,3 +114,19 @@ def test_a_draft_ratio_with_no_draft_call_measured():
     assert set_by_hand.draft_call_s == pytest.approx(0.2 * 0.05)
     assert set_by_hand.draft_prefill_s == pytest.approx(0.2 * 0.45)  # of the target's own prompt-reading pass
     assert not math.isnan(set_by_hand.modeled_time(3, 4, PROMPT_TOKENS))
+
+
+def test_a_round_that_drafted_nothing_is_priced_as_a_one_token_pass():
+    """The cost-aware rule decodes plainly where a draft does not pay: those verification passes
+    read one token, as target-only's do, and cost what those cost; verify_s is measured over the
+    passes that checked drafts (here 0.3 s each, three one-token passes' worth)."""
+    comparison = timed_comparison()
+    plain = [drafting_round(0, 2, prefill_s=0.5, verify_s=0.45), drafting_round(1, 2, verify_s=0.3)]
+    plain += [drafting_round(i, 0, verify_s=0.1) for i in range(2, 6)]
+    comparison.traces = [Trace(policy="costaware", label="cost-aware", params={}, token_ids=[1] * 6, rounds=plain,
+                               wall_s=1.0, stop_reason="eos")]
+    costs = PassCosts.from_comparison(comparison)
+    assert costs.verify_s == pytest.approx(0.3) and costs.target_token_s == pytest.approx(0.1)
+    # six passes, four of them plain: the first, one at verify_s, four at the one-token price
+    assert costs.modeled_time(6, 5, PROMPT_TOKENS, plain=4) == pytest.approx(0.45 + 0.3 + 4 * 0.1 + 0.5 + 4 * 0.02)
+    assert costs.modeled_time(6, 5, PROMPT_TOKENS) == pytest.approx(0.45 + 5 * 0.3 + 0.5 + 4 * 0.02)

@@ -6,6 +6,7 @@ from specviz.core.engine import generate, target_only
 from specviz.core.oracle import draft_along, finish
 from specviz.core.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
 from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
+from specviz.study.analysis import rule_rounds
 from specviz.study.costs import PassCosts
 from specviz.study.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 
@@ -119,8 +120,13 @@ def test_the_cost_aware_rule_is_replayed_exactly_given_the_same_prices(tiny_pair
     gives its target and draft passes to the pass, on cheap, steep and useless drafts alike; and it
     stays lossless."""
     baseline = target_only(tiny_pair, PROMPT, MAX_NEW)
-    trace = generate(tiny_pair, PROMPT, CostAware(prices), MAX_NEW)
+    rule = CostAware(prices)
+    trace = generate(tiny_pair, PROMPT, rule, MAX_NEW)
     assert trace.token_ids == baseline.token_ids
+    # the round chart's replay of the trace recovers every choice the rule made in the run
+    seen = rule_rounds(trace)
+    assert [r.decisions for r in seen] == rule.decisions
+    assert all(r.decisions[r.lookahead - 1].drafts for r in seen if r.lookahead)
     comparison = Comparison(preset="tiny", prompt="tiny", max_new_tokens=MAX_NEW, baseline=baseline, traces=[trace],
                             prompt_tokens=len(PROMPT),
                             draft_along_reference=finish(draft_along(tiny_pair, PROMPT, baseline.token_ids)))

@@ -136,6 +136,8 @@ def test_columns_escape_model_text():
 
 def test_column_title_shows_settings_only():
     assert "k=5" in column_title_html("static", "static k=5")
+    assert "m=12" in column_title_html("costaware", "cost-aware m=12")
+    assert "worth its price" in column_title_html("costaware", "cost-aware")  # no settings: its blurb
     assert "static k=5" not in column_title_html("static", "static k=5")
     assert "&lt;x&gt;" in column_title_html("static", "<x>")
 
@@ -189,6 +191,7 @@ def test_server_options_bad_port():
 
 # ---- explorer: extra columns, sampling, replay, import ---------------------------------------
 
+from specviz.core.policies import CostAware, DraftStep, PassPrices
 from specviz.ui.columns import ORACLE_SAMPLED_NOTE, active_columns
 from specviz.ui.files import comparison_from_text, load_comparison_file
 from specviz.ui.inputs import seed_value, temperature_value
@@ -204,6 +207,11 @@ def test_modes_string_with_optional_columns():
     assert specs[5].params["max_entropy"] == 1.0
     assert modes_string(entropy=0.5) == "static:5,heuristic:5,dynamic:0.4:20,oracle,entropy:0.5"
     assert active_columns(True, False) == POLICY_COLUMNS + ["adaptive"]
+    assert modes_string(costaware=12.0).endswith(",oracle,costaware:12")
+    assert parse_modes(modes_string(costaware=20))[-1].params == {"max_tokens": 20}
+    assert active_columns(False, True, True) == POLICY_COLUMNS + ["entropy", "costaware"]
+    with pytest.raises(SpecVizError, match="Cost-aware max tokens"):
+        modes_string(costaware=0)
     with pytest.raises(SpecVizError, match="adaptive start threshold"):
         modes_string(adaptive=1.5)
     with pytest.raises(SpecVizError, match="entropy bound"):
@@ -413,3 +421,39 @@ def test_the_views_handler_answers_every_output_it_is_wired_to():
     assert wired
     for function in wired:
         assert len(views(None, [])) == len(function.outputs)
+
+
+def _cost_aware_trace() -> Trace:
+    """A cost-aware run of two rounds on a pair where a draft call costs 2 ms and a window is about
+    one pass: it drafts (a sure first token is worth it), the target takes two of three, then a
+    token at 0.05 is not worth its price."""
+    prices = {"draft_call_ms": 2.0, "target_ms": [10.0, 10.1, 10.2, 10.3, 10.4, 10.5]}
+    rule = CostAware(PassPrices(2.0, tuple(prices["target_ms"])), max_tokens=5)
+    rounds = []
+    for index, (position, probs, accepted) in enumerate([(0, [0.9, 0.9, 0.05], 2), (3, [0.9, 0.05], 1)]):
+        rule.start_round(position)
+        stop = next(i for i, p in enumerate(probs) if not rule.keep_drafting(DraftStep(i, 1, p))) + 1
+        assert stop == len(probs)  # the scripted rounds are what the rule would have drafted
+        rule.end_round(len(probs), accepted, probs)
+        rounds.append(_round(index=index, position=position, budget=5, draft_ids=[1] * len(probs), draft_probs=probs,
+                             accepted=accepted, draft_entropies=[0.1] * len(probs), draft_s=0.004, verify_s=0.01,
+                             oracle_ideal=accepted))
+    return _trace("costaware", {"max_tokens": 5, "prices": prices}, rounds)
+
+
+def test_the_cost_aware_round_chart_and_its_stop_reason():
+    from specviz.study.analysis import rule_rounds
+    from specviz.ui.explain_plots import rule_round_figure
+
+    trace = _cost_aware_trace()
+    seen = rule_rounds(trace)
+    assert [len(r.decisions) for r in seen] == [4, 3]  # the start, then a choice after every token
+    first = seen[0]
+    assert [d.drafts for d in first.decisions] == [True, True, True, False]
+    assert first.expected_per_s()[0] == pytest.approx(1 / 10.0 * 1000)  # plain decoding: one token a pass
+    series = {t.meta["series"]: t for t in rule_round_figure(first).data}
+    assert set(series) >= {"marginal", "expected", "rate", "stop", "ideal", "actual"}
+    assert list(series["stop"].x) == [3, 3] and list(series["ideal"].x) == [2, 2]
+    assert series["actual"].y[0] == pytest.approx(3 / 14 * 1000)  # 3 tokens in 4 + 10 ms
+    reason = stop_reason(trace.rounds[1], trace)
+    assert reason.code == "price" and "token 3 was not worth its price" in reason.text

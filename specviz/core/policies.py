@@ -260,6 +260,20 @@ class PassPrices:
         return {"draft_call_ms": self.draft_call_ms, "target_ms": list(self.target_ms)}
 
 
+@dataclass(frozen=True)
+class Decision:
+    """One choice of the cost-aware rule: is the `window`-th draft token of the round worth it?"""
+
+    window: int  # the token weighed: 1 is the round's first
+    gain: float  # the extra tokens it is expected to bring
+    cost_ms: float  # what it costs: a draft call and one more row in the verification pass
+    rate: float  # the run's tokens per ms so far: what gain / cost has to beat
+
+    @property
+    def drafts(self) -> bool:
+        return self.gain / self.cost_ms > self.rate
+
+
 class CostAware(Policy):
     """Keep drafting while one more draft token is worth what it costs on this machine.
 
@@ -308,7 +322,7 @@ class CostAware(Policy):
         self.position = 0
         self.plain_rounds = 0  # rounds in a row that drafted nothing
         self.alive = 1.0  # P(every token drafted so far this round is accepted)
-        self.decisions: list[tuple[int, float, float]] = []  # (window, gain per ms, rate) at each choice
+        self.decisions: list[list[Decision]] = []  # per round, every choice it made (ui's round chart)
 
     # ---- the numbers the rule weighs ----
 
@@ -330,14 +344,15 @@ class CostAware(Policy):
         return (self.tokens + self.prior_weight) / (self.time_ms + prior_ms)
 
     def worth(self, gain: float, cost_ms: float, window: int) -> bool:
-        value, rate = gain / cost_ms, self.rate()
-        self.decisions.append((window, value, rate))
-        return value > rate
+        decision = Decision(window, gain, cost_ms, self.rate())
+        self.decisions[-1].append(decision)
+        return decision.drafts
 
     # ---- the policy interface ----
 
     def start_round(self, position: int) -> int:
         self.position, self.alive = position, 1.0
+        self.decisions.append([])
         cost = self.prices.draft_call_ms + self.prices.verify_ms(2) - self.prices.verify_ms(1)
         return self.max_tokens if self.worth(self.first_acceptance(), cost, 1) else 0
 

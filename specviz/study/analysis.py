@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..core.policies import CostAware, Decision, DraftStep, PassPrices
 from ..core.trace import Comparison, Round, Trace
 from .costs import PassCosts
 
@@ -336,3 +337,59 @@ def verdict_counts(trace: Trace, comparison: Comparison) -> dict[str, int]:
     for verdict in trace_verdicts(trace, comparison):
         counts[verdict.kind] = counts.get(verdict.kind, 0) + 1
     return counts
+
+
+# ---- how the cost-aware rule saw a round ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleRound:
+    """One round of a cost-aware run as the rule weighed it: each token it considered, what it
+    expected that token to bring and cost, and the run's rate it had to beat; then what happened."""
+
+    index: int
+    decisions: list[Decision]  # window 1, 2, ...: the last one is the token it did not draft (or the budget's)
+    lookahead: int
+    accepted: int
+    oracle_ideal: int | None
+    draft_call_ms: float
+    verify_ms: list[float]  # the priced verification pass over 1, 2, ... tokens, as far as it weighed
+    measured_ms: float  # what the round really took: its draft calls and its verification pass
+    committed: int  # tokens the round added to the answer
+
+    @property
+    def rate_per_s(self) -> float:
+        """The run's tokens per second when the round started: the bar every token had to clear."""
+        return self.decisions[0].rate * 1000 if self.decisions else 0.0
+
+    def expected_per_s(self) -> list[float]:
+        """Expected tokens per second of this round had it drafted 0, 1, 2, ... tokens, as the rule
+        saw it: (1 + the expected accepted tokens) over draft calls plus the verification pass."""
+        out, tokens = [], 1.0
+        for drafted in range(len(self.decisions) + 1):
+            if drafted:
+                tokens += self.decisions[drafted - 1].gain
+            ms = drafted * self.draft_call_ms + self.verify_ms[min(drafted, len(self.verify_ms) - 1)]
+            out.append(tokens / ms * 1000)
+        return out
+
+
+def rule_rounds(trace: Trace) -> list[RuleRound]:
+    """Replays a cost-aware run's own rounds through a fresh rule with the prices it ran with. Its
+    choices depend only on the draft's probabilities, the verdicts and those prices, so this
+    recovers exactly what it weighed in every round, with no model (tested against the run)."""
+    if trace.policy != "costaware" or "prices" not in trace.params:
+        return []
+    prices = PassPrices(trace.params["prices"]["draft_call_ms"], tuple(trace.params["prices"]["target_ms"]))
+    rule = CostAware(prices, trace.params.get("max_tokens", 20))
+    out = []
+    for r in trace.rounds:
+        rule.start_round(r.position)
+        for i, prob in enumerate(r.draft_probs):
+            rule.keep_drafting(DraftStep(i, r.draft_ids[i], prob))
+        rule.end_round(r.lookahead, r.accepted, r.draft_probs)
+        decisions = rule.decisions[-1]
+        out.append(RuleRound(r.index, decisions, r.lookahead, r.accepted, r.oracle_ideal, prices.draft_call_ms,
+                             [prices.verify_ms(w + 1) for w in range(len(decisions) + 1)],
+                             (r.draft_s - r.draft_prefill_s + r.verify_s) * 1000, len(r.committed_ids)))
+    return out

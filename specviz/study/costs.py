@@ -9,12 +9,19 @@ that read the prompt cost per prompt, not per token, and are priced apart:
   by a policy that drafts at all, when the prompt has more than one token. It is one of the
   run's draft passes.
 
-Every other pass reads one token (target-only, draft calls) or a few (verification). So:
+Every other pass reads one token (target-only, draft calls) or a few (verification). A
+verification pass of a round that drafted nothing (the cost-aware rule decodes plainly where a
+draft does not pay) reads one token too: it is target-only's pass, and is priced as one. So:
 
     target-only = target_prefill_s + (new tokens - 1) x target_token_s
-    a policy    = first_verify_s + (target passes - 1) x verify_s
+    a policy    = first_verify_s + (target passes - 1 - plain) x verify_s + plain x target_token_s
                   + draft_prefill_s + (draft passes - 1) x draft_call_s   (the draft read the prompt)
                   or  draft passes x draft_call_s                         (it did not)
+
+with `plain` its verification passes after the first that checked no draft token. verify_s is
+measured over the other passes: on a CPU where a pass over several tokens costs about two
+one-token passes, pooling the plain ones into it would price plain decoding at about twice what
+it costs.
 
 Pooling the prefills into one mean per pass, as earlier versions did, inflates the per-token
 costs, most where prompts are long (the summarization suite). Runs recorded before the prefill was
@@ -57,6 +64,13 @@ class PolicyRun:
     draft_s: float
     draft_prefill_s: float | None  # None: not timed apart
     prefill_calls: int  # 1 when the draft read the prompt in a call of its own, else 0
+    plain_passes: int = 0  # verification passes after the first that checked no draft token
+
+
+def plain_passes(lookaheads: Sequence[int]) -> int:
+    """A run's verification passes after the first that checked no draft token, from its rounds'
+    lookaheads in order."""
+    return sum(1 for lookahead in lookaheads[1:] if lookahead == 0)
 
 
 def draft_prefill_calls(prompt_tokens: int, draft_passes: int) -> int:
@@ -69,7 +83,8 @@ def _policy_run(trace: Trace, prompt_tokens: int, prefill_timed: bool) -> Policy
     first_verify = trace.rounds[0].verify_s if trace.rounds else 0.0
     return PolicyRun(trace.target_passes, trace.verify_s, first_verify if prefill_timed else None,
                      trace.draft_passes, trace.draft_s, trace.draft_prefill_s if prefill_timed else None,
-                     draft_prefill_calls(prompt_tokens, trace.draft_passes))
+                     draft_prefill_calls(prompt_tokens, trace.draft_passes),
+                     plain_passes([r.lookahead for r in trace.rounds]))
 
 
 def _per(total: float, count: int) -> float:
@@ -106,7 +121,9 @@ class PassCosts:
     @classmethod
     def _prefill_pooled(cls, target_only: Sequence[TargetOnlyRun], policies: Sequence[PolicyRun]) -> PassCosts:
         token = _per(sum(t.wall_s for t in target_only), sum(t.new_tokens for t in target_only))
-        verify = _per(sum(p.verify_s for p in policies), sum(p.target_passes for p in policies))
+        plain = sum(p.plain_passes for p in policies)
+        verify = _per(sum(p.verify_s for p in policies) - plain * token,
+                      sum(p.target_passes for p in policies) - plain)
         call = _per(sum(p.draft_s for p in policies), sum(p.draft_passes for p in policies))
         return cls(token, verify, call, token, verify, call, prefill_apart=False)
 
@@ -120,8 +137,10 @@ class PassCosts:
         later_tokens, later_verifies = sum(t.new_tokens - 1 for t in decoded), sum(p.target_passes - 1 for p in verified)
         target_token = (_per(sum(t.wall_s - (t.prefill_s or 0.0) for t in decoded), later_tokens)
                         if later_tokens else target_prefill)
-        verify = (_per(sum(p.verify_s - (p.first_verify_s or 0.0) for p in verified), later_verifies)
-                  if later_verifies else first_verify)
+        plain = sum(p.plain_passes for p in verified)
+        verify = (_per(sum(p.verify_s - (p.first_verify_s or 0.0) for p in verified) - plain * target_token,
+                       later_verifies - plain)
+                  if later_verifies > plain else first_verify)
         return cls(
             target_token_s=target_token,
             verify_s=verify,
@@ -150,16 +169,19 @@ class PassCosts:
         """Pooled over study records (a suite's prompts, every policy), for the report."""
         target_only = [TargetOnlyRun(r.target_only_wall_s, r.new_tokens, r.target_only_prefill_s) for r in results]
         policies = [PolicyRun(m.target_passes, m.verify_s, m.first_verify_s, m.draft_passes, m.draft_s,
-                              m.draft_prefill_s, draft_prefill_calls(r.prompt_tokens, m.draft_passes))
+                              m.draft_prefill_s, draft_prefill_calls(r.prompt_tokens, m.draft_passes),
+                              plain_passes([rd.lookahead for rd in m.rounds]))
                     for r in results for m in r.modes]
         return cls.pooled(target_only, policies)
 
     # ---- modeled times ----
 
-    def modeled_time(self, target_passes: int, draft_passes: int, prompt_tokens: int) -> float:
+    def modeled_time(self, target_passes: int, draft_passes: int, prompt_tokens: int, plain: int = 0) -> float:
         """A policy's passes on a prompt of `prompt_tokens` tokens: its first verification reads the
-        prompt, and so does one of its draft passes if the draft read the prompt in its own call."""
-        target = self.first_verify_s + (target_passes - 1) * self.verify_s if target_passes > 0 else 0.0
+        prompt, and so does one of its draft passes if the draft read the prompt in its own call;
+        `plain` of its later verification passes checked no draft token (priced as one-token passes)."""
+        later = (target_passes - 1 - plain) * self.verify_s + plain * self.target_token_s
+        target = self.first_verify_s + later if target_passes > 0 else 0.0
         prefill = draft_prefill_calls(prompt_tokens, draft_passes)
         return target + prefill * self.draft_prefill_s + (draft_passes - prefill) * self.draft_call_s
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Judged, auc, judged_among, split_at
-from .costs import PassCosts
+from .costs import PassCosts, plain_passes
 from .hindsight import Hindsight, SavedRun, best_dynamic
 from .records import ModeResult, PromptResult, RoundRecord
 
@@ -160,7 +160,8 @@ def _ratio(a: float, b: float) -> float | None:
 
 def modeled_time(costs: PassCosts, result: PromptResult, mode: ModeResult) -> float:
     """One policy's modeled time on one prompt (RULES; study.costs)."""
-    return costs.modeled_time(mode.target_passes, mode.draft_passes, result.prompt_tokens)
+    return costs.modeled_time(mode.target_passes, mode.draft_passes, result.prompt_tokens,
+                              plain_passes([rd.lookahead for rd in mode.rounds]))
 
 
 @dataclass
@@ -446,6 +447,17 @@ def _both(s: SuiteFigures, policy: str) -> str:
     return f"{_x(s.measured_speedup(policy))} ({_x(s.modeled_speedup(policy))} modeled)"
 
 
+def _slowest(s: SuiteFigures) -> str:
+    """The cost-aware rule's lowest modeled speedup over the suite's prompts, and which prompt: where
+    drafting does not pay it should decode plainly, at about target-only's speed."""
+    speedups = [(s.costs.target_only_modeled_time(r.new_tokens) / t, r.prompt_id) for r in s.results
+                if (m := r.mode("costaware")) is not None and (t := modeled_time(s.costs, r, m)) > 0]
+    if not speedups:
+        return "n/a"
+    worst, prompt = min(speedups)
+    return f"{_x(worst)} ({prompt})"
+
+
 def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str, str, str, int], SavedRun],
                        measured: bool = False) -> tuple[list[str], bool | None]:
     """Section 5: the cost-aware rule against dynamic 0.4, the heuristic and the best threshold in
@@ -458,7 +470,8 @@ def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str,
               "modeled (section 4's per-pass costs); the best dynamic threshold in hindsight is modeled only "
               f"(the rules above). For this pair **{decides}** time decides wins."), "",
              ("| suite | cost-aware | dynamic 0.4 | heuristic | best threshold in hindsight | cost-aware / best "
-              "(modeled time) | wins | keeps up |"), "|---|---|---|---|---|---|---|---|"]
+              "(modeled time) | wins | keeps up | its slowest prompt against target-only (modeled) |"),
+             "|---|---|---|---|---|---|---|---|---|"]
     wins_flags, keeps_flags = [], []
     for s in suites:
         ca = s.totals.get("costaware")
@@ -477,7 +490,7 @@ def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str,
                      f"t={best.threshold:g}: {_x(s.target_only_modeled_s / best.modeled_s)} modeled")
         lines.append(f"| {s.suite} | {_both(s, 'costaware')} | {_both(s, 'dynamic')} | {_both(s, 'heuristic')} | {hindsight} "
                      f"| {'n/a' if over is None else f'{over:.3f}'} | {'yes' if wins else 'no'} "
-                     f"| {'n/a' if keeps is None else ('yes' if keeps else 'no')} |")
+                     f"| {'n/a' if keeps is None else ('yes' if keeps else 'no')} | {_slowest(s)} |")
     if not wins_flags:
         return lines + ["", "Not checked: dynamic or the heuristic missing.", ""], None
     all_checked = len(keeps_flags) == len(wins_flags)

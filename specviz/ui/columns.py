@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 POLICY_COLUMNS: list[str] = ["static", "heuristic", "dynamic", "oracle"]
 
 # Optional columns, shown only when their checkbox is ticked (or an imported run has them).
-EXTRA_COLUMNS: list[str] = ["adaptive", "entropy"]
+EXTRA_COLUMNS: list[str] = ["adaptive", "entropy", "costaware"]
 ALL_COLUMNS: list[str] = POLICY_COLUMNS + EXTRA_COLUMNS
 
 POLICY_TITLES: dict[str, str] = {
@@ -31,6 +31,7 @@ POLICY_TITLES: dict[str, str] = {
     "oracle": "Oracle",
     "adaptive": "Adaptive (confidence)",
     "entropy": "Entropy",
+    "costaware": "Cost-aware",
 }
 
 POLICY_BLURBS: dict[str, str] = {
@@ -40,6 +41,7 @@ POLICY_BLURBS: dict[str, str] = {
     "oracle": "drafts exactly until the draft disagrees",
     "adaptive": "dynamic threshold re-fitted after every round",
     "entropy": "stop drafting when the draft's entropy > bound",
+    "costaware": "draft while one more token is worth its price on this machine",
 }
 
 ORACLE_SAMPLED_NOTE = ("not run: the oracle is a greedy idea (it drafts exactly until the draft disagrees with "
@@ -50,18 +52,20 @@ ORACLE_SAMPLED_NOTE = ("not run: the oracle is a greedy idea (it drafts exactly 
 # ---- columns and status --------------------------------------------------------------------
 
 
-def active_columns(adaptive: bool = False, entropy: bool = False) -> list[str]:
+def active_columns(adaptive: bool = False, entropy: bool = False, costaware: bool = False) -> list[str]:
     """The columns a run with these checkboxes fills."""
-    return POLICY_COLUMNS + (["adaptive"] if adaptive else []) + (["entropy"] if entropy else [])
+    ticked = {"adaptive": adaptive, "entropy": entropy, "costaware": costaware}
+    return POLICY_COLUMNS + [policy for policy in EXTRA_COLUMNS if ticked[policy]]
 
 
 def column_title_html(policy: str, label: str | None = None) -> str:
     """The heading of a policy column: its name, and the run's label (with settings) once known."""
     title = POLICY_TITLES.get(policy, policy)
     if label:
-        # "static k=5" under the title "Static": show only the settings part.
-        settings = label[len(policy):].strip() if label.lower().startswith(policy.lower()) else label
-        detail = settings
+        # "static k=5" under the title "Static": show only the settings part ("cost-aware" has none).
+        named = next((name for name in (policy, title) if label.lower().startswith(name.lower())), None)
+        detail = label[len(named):].strip() if named else label
+        detail = detail or POLICY_BLURBS.get(policy, "")
     else:
         detail = POLICY_BLURBS.get(policy, "")
     return (

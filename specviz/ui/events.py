@@ -24,8 +24,9 @@ from ..core import gpu
 from ..core.models import LoadState, ModelLoadError, get_pair, load_state
 from ..core.pipeline import Limits, compare_preset, make_request, prompt_ids_for, run_preset
 from ..core.presets import DEFAULT_PRESET
+from ..core.trace import Trace
 from ..errors import SpecVizError
-from ..study.analysis import measured_draft_cost_ratio
+from ..study.analysis import measured_draft_cost_ratio, rule_rounds
 from ..study.sweep import sweep
 from .columns import (
     ALL_COLUMNS,
@@ -39,7 +40,7 @@ from .columns import (
     playback_htmls,
     status_html,
 )
-from .explain_plots import explain_figures
+from .explain_plots import explain_figures, rule_round_figure
 from .export import SWEEP_HEADERS, sweep_rows, write_all
 from .files import example_comparison, load_comparison_file
 from .heartbeat import with_heartbeat
@@ -118,15 +119,17 @@ def _with_live(comparison, live):
 
 
 def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
-        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0, visitor: gr.Request = None):
+        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0, costaware_on=False, costaware_max=20,
+        visitor: gr.Request = None):
     """Run the comparison, streaming every column round by round; while another run has the
     models, say where this one stands in the queue."""
     comparison, ticket = None, None
-    active = active_columns(bool(adaptive_on), bool(entropy_on))
+    active = active_columns(bool(adaptive_on), bool(entropy_on), bool(costaware_on))
     try:
         limits = Limits.from_env()
         modes = modes_string(static_k, heuristic_k, threshold, dynamic_max,
-                             adaptive_t0 if adaptive_on else None, entropy_h if entropy_on else None)
+                             adaptive_t0 if adaptive_on else None, entropy_h if entropy_on else None,
+                             costaware_max if costaware_on else None)
         request = make_request(prompt, modes, max_new_tokens_value(max_new_tokens, limits.max_new_tokens),
                                temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits)
         logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g prompt_chars=%d", preset,
@@ -277,13 +280,16 @@ def views(comparison, eos):
     """The views computed from a finished comparison (milliseconds: no models involved)."""
     skip = gr.skip()
     if comparison is None or not comparison.traces:
-        return (skip,) * 14
+        return (skip,) * (14 + len(EXTRA_COLUMNS))  # one per output: the views, then a box per extra column
     ratio = measured_draft_cost_ratio(comparison)
     cost = gr.Slider(value=round(min(1.0, max(0.01, ratio)), 2) if ratio else 0.5,
                      visible=comparison.draft_along_reference is not None)
     explain = explain_figures(comparison)
+    rule_rounds_seen = len(rule_rounds(_cost_aware(comparison)))
     explained = (_fit(explain["calibration"]), _fit(explain["positions"]), explain["work"],
-                 _fit(explain["pass_costs"]))
+                 _fit(explain["pass_costs"]),
+                 gr.Slider(minimum=1, maximum=max(2, rule_rounds_seen), value=1, visible=rule_rounds_seen > 0),
+                 rule_view(comparison, 1))
     if comparison.draft_along_reference is not None:
         sweep_plot, sweep_table = what_if(comparison, eos)
         note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
@@ -307,6 +313,21 @@ def views(comparison, eos):
             gr.Dropdown(choices=labels, value=trace.label, interactive=True),
             gr.Slider(minimum=1, maximum=max(2, len(trace.rounds)), value=1, step=1, interactive=True),
             _replay_panel(comparison, trace.label, 1, eos), *extra)
+
+
+def _cost_aware(comparison) -> Trace | None:
+    return next((t for t in comparison.traces if t.policy == "costaware"), None) if comparison else None
+
+
+def rule_view(comparison, number):
+    """How the cost-aware rule chose round `number` (from 1) of the comparison's cost-aware run;
+    hidden when it has none."""
+    trace = _cost_aware(comparison)
+    rounds = rule_rounds(trace) if trace is not None else []
+    if not rounds:
+        return gr.Plot(None, visible=False)
+    chosen = rounds[max(1, min(len(rounds), int(number or 1))) - 1]
+    return gr.Plot(_fit(rule_round_figure(chosen, trace.label)), visible=True)
 
 
 def _replay_panel(comparison, label, number, eos) -> str:

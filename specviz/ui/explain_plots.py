@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from ..core.trace import Comparison
 from ..study.analysis import (
+    RuleRound,
     auc,
     calibration_bins,
     calibration_sentence,
@@ -219,6 +220,62 @@ def _pass_cost_title(passes, windows: list[int], medians: list[float | None]) ->
                "more than one pass: long drafts cost more here than on a GPU")
     return (f"What a pass cost in this run: checking {widest} tokens took {ratio:.1f} one-token passes "
             f"(median), {verdict}")
+
+
+# ---- how the cost-aware rule chose a round ---------------------------------------------------
+
+
+def rule_round_figure(rule_round: RuleRound, label: str = "cost-aware") -> go.Figure:
+    """One round of the cost-aware rule: bars for what each further draft token was expected to
+    add per second (drafted while above the run's rate, the dashed line), the round's expected
+    tokens per second had it stopped after n tokens, where it stopped, the oracle's ideal, and what
+    the round really did."""
+    rr = rule_round
+    windows = [d.window for d in rr.decisions]
+    marginal = [d.gain / d.cost_ms * 1000 for d in rr.decisions]
+    colors = [ACCEPTED_COLOR if d.drafts else OTHER_TIME_COLOR for d in rr.decisions]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=windows, y=marginal, name="one more token: expected tokens per second it adds",
+                         marker={"color": colors},
+                         hovertext=[f"token {d.window}: expected {d.gain:.2f} more tokens for {d.cost_ms:.0f} ms "
+                                    f"= {v:.1f} tokens/s, {'above' if d.drafts else 'below'} the run's "
+                                    f"{d.rate * 1000:.1f}: {'drafted' if d.drafts else 'stop'}"
+                                    for d, v in zip(rr.decisions, marginal)],
+                         hoverinfo="text", meta={"series": "marginal"}))
+    expected = rr.expected_per_s()
+    fig.add_trace(go.Scatter(x=list(range(len(expected))), y=expected, mode="lines+markers",
+                             name="the round's expected tokens per second, stopping after n",
+                             line={"color": VERIFY_TIME_COLOR, "width": 2},
+                             hovertemplate="stop after %{x} tokens: %{y:.1f} tokens/s expected<extra></extra>",
+                             meta={"series": "expected"}))
+    top = max([*marginal, *expected, rr.rate_per_s, 1.0])
+    fig.add_trace(go.Scatter(x=[-0.5, max(windows, default=1) + 0.5], y=[rr.rate_per_s] * 2, mode="lines",
+                             name="the run's rate so far (the bar to clear)",
+                             line={"color": BASELINE_LINE_COLOR, "dash": "dash"},
+                             hovertemplate=f"the run so far: {rr.rate_per_s:.1f} tokens/s<extra></extra>",
+                             meta={"series": "rate"}))
+    marks = [(rr.lookahead, f"drafted {rr.lookahead}", THRESHOLD_COLOR, "solid", "stop")]
+    if rr.oracle_ideal is not None:
+        marks.append((rr.oracle_ideal, f"oracle's ideal {rr.oracle_ideal}", ORACLE_LINE_COLOR, "dot", "ideal"))
+    for x, name, color, dash, series in marks:
+        fig.add_trace(go.Scatter(x=[x, x], y=[0, top * 1.08], mode="lines", name=name,
+                                 line={"color": color, "dash": dash, "width": 2}, hoverinfo="name",
+                                 meta={"series": series}))
+    actual = rr.committed / rr.measured_ms * 1000 if rr.measured_ms > 0 else None
+    if actual is not None:
+        fig.add_trace(go.Scatter(x=[rr.lookahead], y=[actual], mode="markers", name="what the round really did",
+                                 marker={"color": THROWN_AWAY_COLOR, "symbol": "star", "size": 14},
+                                 hovertemplate=(f"{rr.accepted} of {rr.lookahead} accepted, {rr.committed} tokens in "
+                                                f"{rr.measured_ms:.0f} ms = %{{y:.1f}} tokens/s<extra></extra>"),
+                                 meta={"series": "actual"}))
+    title = (f"How {html.escape(label)} chose round {rr.index + 1}: it drafted {rr.lookahead}, the target accepted "
+             f"{rr.accepted}" + (f", the oracle's ideal was {rr.oracle_ideal}" if rr.oracle_ideal is not None else ""))
+    _layout(fig, _wrap(title, 110), 460)
+    fig.update_xaxes(title_text="draft tokens this round", dtick=1 if len(windows) < 25 else None)
+    fig.update_yaxes(title_text="tokens per second", rangemode="tozero")
+    fig.update_layout(margin={"t": 80, "b": 140},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.2, "xanchor": "left", "x": 0})
+    return fig
 
 
 def explain_figures(comparison: Comparison) -> dict[str, go.Figure]:

@@ -57,11 +57,12 @@ def _lookahead(value: object, what: str) -> int:
 
 
 def modes_string(static_k: object = 5, heuristic_k: object = 5, threshold: object = 0.4,
-                 dynamic_max: object = 20, adaptive: object = None, entropy: object = None) -> str:
+                 dynamic_max: object = 20, adaptive: object = None, entropy: object = None,
+                 costaware: object = None) -> str:
     """The `parse_modes` string for the columns, e.g. "static:5,heuristic:5,dynamic:0.4:20,oracle".
 
-    `adaptive` (a start threshold) and `entropy` (a bound in nats) add the optional columns when
-    not None: "…,oracle,adaptive:0.4,entropy:1".
+    `adaptive` (a start threshold), `entropy` (a bound in nats) and `costaware` (its most draft
+    tokens a round) add the optional columns when not None: "…,oracle,adaptive:0.4,entropy:1,costaware:20".
     """
     static = _lookahead(static_k, "Static k")
     heuristic = _lookahead(heuristic_k, "Heuristic starting k")
@@ -80,6 +81,8 @@ def modes_string(static_k: object = 5, heuristic_k: object = 5, threshold: objec
         if bound < 0:
             raise SpecVizError(f"The entropy bound must be 0 or more (nats), got {bound:g}.")
         text += f",entropy:{bound:g}"
+    if costaware is not None:
+        text += f",costaware:{_lookahead(costaware, 'Cost-aware max tokens')}"
     return text
 
 

@@ -32,6 +32,7 @@ from .events import (
     presentation_from_url,
     replay_move,
     replay_pick,
+    rule_view,
     run,
     stop,
     summary_table,
@@ -111,6 +112,11 @@ def _settings(p: SimpleNamespace) -> None:
                                            info="stop when the draft is unsure")
                 p.entropy_h = gr.Number(1.0, label="entropy bound (nats)", minimum=0, step=0.1, elem_id="entropy-h")
             with gr.Row():
+                p.costaware_on = gr.Checkbox(False, label="cost-aware column", elem_id="costaware-on",
+                                             info="draft while a token is worth what a pass costs here")
+                p.costaware_max = gr.Number(20, label="cost-aware max tokens", precision=0, minimum=1, maximum=64,
+                                            elem_id="costaware-max")
+            with gr.Row():
                 p.temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
                                           elem_id="temperature")
                 p.seed = gr.Number(1, label="Seed (sampling)", precision=0, minimum=0, elem_id="seed")
@@ -149,6 +155,8 @@ def _chart_panels(p: SimpleNamespace) -> None:
         p.calibration_plot = gr.Plot(label="Draft calibration", elem_id="calibration-plot")
         p.work_plot = gr.Plot(label="Where the work went", elem_id="work-plot")
         p.pass_cost_plot = gr.Plot(label="What a pass cost", elem_id="pass-cost-plot")
+        p.rule_round = gr.Slider(1, 2, value=1, step=1, label="Cost-aware round", elem_id="rule-round", visible=False)
+        p.rule_plot = gr.Plot(label="How the cost-aware rule chose a round", elem_id="rule-plot", visible=False)
 
 
 def _replay(p: SimpleNamespace) -> None:
@@ -202,7 +210,7 @@ def _wire_page(demo: gr.Blocks, p: SimpleNamespace) -> None:
     demo.load(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
     # The line follows the pair menu, whether a visitor or an example set it.
     p.preset.change(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
-    for checkbox, box in zip([p.adaptive_on, p.entropy_on], p.extra_boxes):
+    for checkbox, box in zip([p.adaptive_on, p.entropy_on, p.costaware_on], p.extra_boxes):
         checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False, **QUIET)
     p.present.change(None, p.present, None, js=TOGGLE_JS, queue=False, **QUIET)
     demo.load(presentation_from_url, None, p.present, queue=False, **QUIET)
@@ -219,7 +227,8 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
     run_event = p.run_button.click(
         run,
         inputs=[p.prompt, p.preset, p.max_tokens, p.static_k, p.heuristic_k, p.threshold, p.dynamic_max,
-                p.temperature, p.seed, p.adaptive_on, p.adaptive_t0, p.entropy_on, p.entropy_h],
+                p.temperature, p.seed, p.adaptive_on, p.adaptive_t0, p.entropy_on, p.entropy_h,
+                p.costaware_on, p.costaware_max],
         outputs=p.view_all, show_progress="full", show_progress_on=[p.status],
         # Runs start at once and wait for the models in events.TURNS, which can tell a waiting
         # visitor where it stands; Gradio's queue only holds what exceeds that many.
@@ -245,6 +254,7 @@ def _wire_views(p: SimpleNamespace) -> None:
     p.draft_cost.release(what_if, [p.last, p.eos_state, p.draft_cost], [p.sweep_plot, p.sweep_table], **NO_MODEL)
     p.png_button.click(lambda c, e: exports(c, e, png=True), [p.last, p.eos_state], [p.downloads, p.export_note],
                        concurrency_id="specviz-export", api_visibility="private")
+    p.rule_round.release(rule_view, [p.last, p.rule_round], p.rule_plot, **NO_MODEL)
     replay_inputs = [p.last, p.replay_policy, p.replay_round, p.eos_state]
     replay_outputs = [p.replay_round, p.replay_panel]
     p.replay_policy.input(replay_pick, [p.last, p.replay_policy, p.eos_state], replay_outputs, queue=False, **QUIET)
@@ -283,8 +293,8 @@ def build_demo() -> gr.Blocks:
         p.eos_state = gr.State([])
         p.view_all = [p.status, *p.columns, p.lookahead_plot, p.progress_plot, p.summary, p.last, p.eos_state]
         p.view_outputs = [p.sweep_plot, p.sweep_table, p.sweep_note, p.draft_cost, p.calibration_plot,
-                          p.positions_plot, p.work_plot, p.pass_cost_plot, p.threshold_plot, p.replay_policy, p.replay_round,
-                          p.replay_panel, *p.extra_boxes]
+                          p.positions_plot, p.work_plot, p.pass_cost_plot, p.rule_round, p.rule_plot, p.threshold_plot,
+                          p.replay_policy, p.replay_round, p.replay_panel, *p.extra_boxes]
         _wire_page(demo, p)
         _wire_comparisons(p, examples, limits)
         _wire_views(p)

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from ..core.trace import Round, Trace
 from ..errors import SpecVizError
+from ..study.analysis import rule_rounds
 from .render import PENDING_LOOK
 
 # ---- round-by-round replay -----------------------------------------------------------------
@@ -52,7 +53,7 @@ REPLAY_REVEAL_JS = """
 
 
 class StopReason(NamedTuple):
-    code: str  # "budget", "threshold", "entropy", "eos", "none"
+    code: str  # "budget", "threshold", "entropy", "price", "eos", "none"
     text: str
 
 
@@ -61,12 +62,16 @@ def _piece(texts: Sequence[str], ids: Sequence[int], i: int) -> str:
 
 
 def stop_reason(r: Round, trace: Trace, eos_ids: Collection[int] = ()) -> StopReason:
-    """Why the draft stopped proposing in round `r`: budget, threshold, entropy bound or EOS.
+    """Why the draft stopped proposing in round `r`: budget, threshold, entropy bound, price (the
+    cost-aware rule) or EOS.
 
     The engine stops after a token that is EOS or that the policy rejects (probability below the
     threshold in force, entropy above the bound), else when the round's budget is used up.
     Without `eos_ids` (an imported run) EOS is inferred when nothing else explains an early stop.
     """
+    priced = _priced_stop(r, trace) if trace.policy == "costaware" else None
+    if priced is not None and (r.lookahead == 0 or r.draft_ids[-1] not in set(eos_ids)):
+        return priced
     if r.lookahead == 0:
         return StopReason("budget", f"nothing drafted: the budget was {r.budget} (the answer was nearly complete)")
     last = r.lookahead - 1
@@ -85,6 +90,19 @@ def stop_reason(r: Round, trace: Trace, eos_ids: Collection[int] = ()) -> StopRe
     if not eos_ids:
         return StopReason("eos", "the draft proposed end of text (EOS)")
     return StopReason("none", "stopped early (no reason recorded)")
+
+
+def _priced_stop(r: Round, trace: Trace) -> StopReason | None:
+    """Why the cost-aware rule stopped: the next token's expected worth fell below the run's rate."""
+    rounds = {rr.index: rr for rr in rule_rounds(trace)}
+    seen = rounds.get(r.index)
+    if seen is None or not seen.decisions or seen.decisions[-1].drafts:
+        return None  # it wanted more: the budget or the end of text stopped it
+    last = seen.decisions[-1]
+    what = "even the round's first token" if last.window == 1 else f"token {last.window}"
+    return StopReason("price", f"{what} was not worth its price: {last.gain:.2f} expected tokens for "
+                               f"{last.cost_ms:.0f} ms, {last.gain / last.cost_ms * 1000:.1f} tokens/s, below the "
+                               f"run's {last.rate * 1000:.1f} tokens/s")
 
 
 @dataclass(frozen=True)
