@@ -58,6 +58,34 @@ def test_the_target_is_bf16_only_where_the_cpu_has_native_bf16_and_it_is_row_exa
     assert (choice.setup, choice.why) == ("fp32", "bf16 was not row-exact on this CPU")
 
 
+def test_without_native_bf16_the_target_computes_windows_weight_first_where_that_measures_faster(monkeypatch):
+    model = tiny_llama(0)
+    monkeypatch.setattr(cpu, "window_products_pay", lambda m: True)
+    assert cpu.choose_target(model, {}, WITHOUT_BF16).setup == "fp32-window"
+    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITHOUT_BF16).setup == "fp32"  # forced
+    monkeypatch.setattr(cpu, "window_products_pay", lambda m: False)
+    assert cpu.choose_target(model, {}, WITHOUT_BF16) == cpu.Choice("fp32", "no native bf16 on this CPU")
+    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32-window"}, WITH_BF16).setup == "fp32-window"
+    assert isinstance(cpu.window_products_pay(wide_llama(0)), bool)  # the measurement itself runs
+
+
+def test_without_native_bf16_the_draft_is_cast_to_bf16_where_one_row_measures_faster(monkeypatch):
+    draft = tiny_llama(1)
+    monkeypatch.setattr(cpu, "bf16_one_row_pays", lambda m: True)
+    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup == "bf16-cast"
+    assert cpu.choose_draft({}, WITHOUT_BF16).setup == "fp32"  # nothing to measure on
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32-window"}, WITHOUT_BF16, draft).setup == "fp32"
+    monkeypatch.setattr(cpu, "bf16_one_row_pays", lambda m: False)
+    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup == "fp32"
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "bf16"}, WITHOUT_BF16, draft).setup == "bf16-cast"
+    ids = torch.randint(0, 8, (12,), generator=torch.Generator().manual_seed(0)).tolist()
+    expected = logits(draft, ids)
+    assert cpu.prepare_draft(draft, "bf16-cast").startswith("draft bf16")
+    assert next(draft.parameters()).dtype == torch.bfloat16 and isinstance(draft.lm_head, cpu.CastLinear)
+    assert torch.allclose(logits(draft, ids), expected, atol=0.1)  # a prefill (12 rows): fp32 products
+    assert torch.allclose(logits(draft, ids[:1]), expected[:1], atol=0.1)  # one row: bf16
+
+
 def test_the_draft_is_bf16_where_the_cpu_has_native_bf16():
     assert cpu.choose_draft({}, WITH_BF16).setup == "bf16"
     assert cpu.choose_draft({}, WITHOUT_BF16).setup == "fp32"
@@ -130,6 +158,42 @@ def test_greedy_speculation_is_lossless_on_the_bf16_set_up_over_many_prompts():
             assert trace.token_ids == baseline, (seed, policy.label)
             accepted += trace.accepted
     assert accepted > 0  # the draft was right often enough for windows to be checked
+
+
+def test_window_products_compute_what_fp32_computes_on_the_same_weights():
+    model = wide_llama(0)
+    ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    expected = [logits(model, ids[:n]) for n in (1, 8, 40)]  # one row, a window, a prefill past WINDOW_ROWS
+    weight = model.model.layers[0].mlp.up_proj.weight
+    assert "weight-first" in cpu.prepare_target(model, "fp32-window")
+    layer = model.model.layers[0].mlp.up_proj
+    assert isinstance(layer, cpu.WindowLinear) and layer.weight is weight  # no copy of the weights
+    assert isinstance(model.lm_head, cpu.WindowLinear)
+    for n, want in zip((1, 8, 40), expected):
+        assert torch.allclose(logits(model, ids[:n]), want, atol=1e-5), n
+    with_bias = torch.nn.Linear(12, 7)
+    x = torch.randn(3, 5, 12)
+    assert torch.allclose(cpu.WindowLinear(with_bias)(x), with_bias(x), atol=1e-6)
+
+
+def test_greedy_speculation_gives_todays_tokens_on_the_window_set_up_over_many_prompts():
+    """The same answer as fp32 as loaded, and lossless, whatever the policy and prompt."""
+    target = wide_llama(3)
+    draft = noisy_copy(target, 0.3, seed=4)
+    plain = build_pair("tiny-fp32", copy.deepcopy(target), copy.deepcopy(draft), tokenizer=None,
+                       device=torch.device("cpu"))
+    cpu.prepare_target(target, "fp32-window")
+    windowed = build_pair("tiny-window", target, draft, tokenizer=None, device=torch.device("cpu"))
+    accepted = 0
+    for seed in range(12):
+        prompt = torch.randint(0, 64, (6 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        baseline = target_only(windowed, prompt, 24).token_ids
+        assert baseline == target_only(plain, prompt, 24).token_ids, seed
+        for policy in (Static(5), Heuristic(3), Dynamic(0.3, 12)):
+            trace = generate(windowed, prompt, policy, 24)
+            assert trace.token_ids == baseline, (seed, policy.label)
+            accepted += trace.accepted
+    assert accepted > 0
 
 
 def test_fp32_leaves_the_model_as_it_is():

@@ -20,11 +20,24 @@ verification pass of any length and in target-only decoding, and greedy speculat
 lossless by construction. `rows_exact` checks that on the machine at hand before the set-up is
 used; where it fails, or the CPU has no native bf16, the target stays as loaded (fp32).
 
+On a CPU without native bf16 (an AMD EPYC with AVX2, say) there is no bf16 kernel that checks a
+window for the price of a token: torch's bf16 product there costs in proportion to its rows. But
+the fp32 product can be asked the other way round: weight @ rows.T instead of rows @ weight.T is
+the same sum, and MKL then streams the weight once for all the rows instead of repacking it on
+every call (measured on an EPYC, one 8960x1536 projection: 4 rows cost 0.94 of one row, 8 rows
+1.5, 16 rows 1.9, against 3.7, 3.2 and 3.7 the usual way; scripts/bench_small_rows.py). The
+"fp32-window" set-up computes every product over 2 to WINDOW_ROWS rows that way, in place, on the
+same weights (no copy), and one row the usual way; it is chosen where a short measurement at load
+finds it faster. Like plain fp32 it is not row-exact (a row's logits may differ in the last bits
+between a window and a one-token pass, as they already did), so lossless stays what it was in fp32.
+
 The draft's numbers need not equal anything: the engine feeds it one token per call, which makes
 its guess a function of the text alone (engine.Drafter). It only has to be cheap: bf16 with
-packed weights where the CPU has native bf16.
+packed weights where the CPU has native bf16; elsewhere plain bf16 where a one-row bf16 product
+measures faster than fp32's (it reads half the bytes: 0.35 of fp32's time on the EPYC above).
 
-SPECVIZ_TARGET_SETUP and SPECVIZ_DRAFT_SETUP (fp32, bf16 or auto) force a choice. A GPU keeps its
+SPECVIZ_TARGET_SETUP (fp32, fp32-window, bf16, bf16-fast or auto) and SPECVIZ_DRAFT_SETUP (fp32,
+bf16 or auto) force a choice. A GPU keeps its
 own path (gpu.py).
 """
 
@@ -34,6 +47,8 @@ import copy
 import ctypes
 import gc
 import os
+import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -51,7 +66,10 @@ ROW_ATTENTION = "specviz_rows"
 # about what one row does. `bf16_rows_exact` checks the pair of sizes at load, and falls back to
 # 16 alone (exact by construction) where they differ.
 ROW_SIZES = (16, 32)
-SETUPS = ("fp32", "bf16", "bf16-fast")
+SETUPS = ("fp32", "fp32-window", "bf16", "bf16-fast")
+# fp32-window: products over 2 to this many rows are computed weight-first (verification windows);
+# more rows (a prompt's prefill) and one row keep torch's usual product.
+WINDOW_ROWS = 32
 TARGET_SETUP_ENV = "SPECVIZ_TARGET_SETUP"
 DRAFT_SETUP_ENV = "SPECVIZ_DRAFT_SETUP"
 
@@ -127,6 +145,97 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bf16 packed for oneDNN"
 
 
+class WindowLinear(torch.nn.Module):
+    """An fp32 Linear layer whose product over a few rows is computed weight-first, weight @ rows.T:
+    the same sum, without the repacking of the whole weight that torch's few-row product pays on
+    every call on some CPUs. It holds the layer's own weight and bias: no copy."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        if not 1 < rows.shape[0] <= WINDOW_ROWS:
+            return F.linear(x, self.weight, self.bias)
+        if self.bias is None:
+            out = (self.weight @ rows.T).T
+        else:
+            out = torch.addmm(self.bias[:, None], self.weight, rows.T).T
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, windows weight-first"
+
+
+class CastLinear(torch.nn.Module):
+    """A Linear layer kept in bf16 for a CPU without native bf16: one row (a draft's every call) in
+    bf16, which reads half the bytes of fp32; more rows (the prompt's prefill) in fp32 on a copy made
+    for the call, since torch's bf16 product there costs in proportion to its rows (a 200-token
+    prefill of the real pair's draft: 7.9 s in bf16, 2.0 s in fp32)."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = torch.nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
+        self.bias = None if linear.bias is None else torch.nn.Parameter(
+            linear.bias.detach().to(torch.bfloat16), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.reshape(-1, self.in_features).shape[0] == 1:
+            return F.linear(x.to(torch.bfloat16), self.weight, self.bias)
+        bias = None if self.bias is None else self.bias.float()
+        return F.linear(x.float(), self.weight.float(), bias).to(torch.bfloat16)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bf16, prefill in fp32"
+
+
+def window_products_pay(model: torch.nn.Module, rows: int = 8, repeats: int = 5) -> bool:
+    """Whether weight-first products over a window are clearly faster than torch's usual ones on
+    this machine, timed on the model's widest Linear layer but its output layer (a few ms)."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.get_output_embeddings()]
+    if not layers:
+        return False
+    widest = max(layers, key=lambda m: m.weight.numel())
+    x = torch.randn(rows, widest.in_features, dtype=widest.weight.dtype)
+    with torch.inference_mode():
+        usual = _median_ms(lambda: F.linear(x, widest.weight), repeats)
+        weight_first = _median_ms(lambda: widest.weight @ x.T, repeats)
+    return weight_first < 0.8 * usual
+
+
+def bf16_one_row_pays(model: torch.nn.Module, repeats: int = 5) -> bool:
+    """Whether a one-row product in bf16 is clearly faster than in fp32 here (the draft's every call
+    is one row), timed on the model's widest Linear layer."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if not layers or next(model.parameters()).dtype != torch.float32:
+        return False
+    widest = max(layers, key=lambda m: m.weight.numel())
+    x, half = torch.randn(1, widest.in_features), widest.weight.to(torch.bfloat16)
+    with torch.inference_mode():
+        fp32 = _median_ms(lambda: F.linear(x, widest.weight), repeats)
+        bf16 = _median_ms(lambda: F.linear(x.to(torch.bfloat16), half), repeats)
+    return bf16 < 0.8 * fp32
+
+
+def _median_ms(call, repeats: int) -> float:
+    call()  # warm-up
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def to_window_products(model: torch.nn.Module) -> None:
+    """In place: every Linear computes its windows weight-first, the output layer too (a
+    verification pass asks for every row's logits)."""
+    _replace_linears(model, WindowLinear)
+
+
 def row_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                   **kwargs) -> tuple[torch.Tensor, None]:
@@ -158,6 +267,8 @@ def to_bf16_packed(model: torch.nn.Module, sizes: tuple[int, ...] | None = ROW_S
     at 12.9 GB of RSS converted at once (its fp32 weights, the packed copies and about 3 GB of
     freed bf16 copies the C allocator kept), against the 16 GB of a free CPU Space."""
     _replace_linears(model, lambda linear: PackedLinear(linear, sizes))
+    model.to(torch.bfloat16)
+    _give_back_memory()
 
 
 def _replace_linears(model: torch.nn.Module, make) -> None:
@@ -170,8 +281,6 @@ def _replace_linears(model: torch.nn.Module, make) -> None:
         del child
         _give_back_memory()
     del parents
-    model.to(torch.bfloat16)
-    _give_back_memory()
 
 
 def _give_back_memory() -> None:
@@ -247,7 +356,7 @@ def exact_row_sizes(model: torch.nn.Module) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class Choice:
-    setup: str  # fp32 or bf16
+    setup: str  # target: fp32, fp32-window, bf16 or bf16-fast; draft: fp32, bf16 or bf16-cast
     why: str  # one clause for the model line and the logs
     sizes: tuple[int, ...] | None = ROW_SIZES  # bf16: the row counts of every product (see ROW_SIZES)
 
@@ -258,7 +367,11 @@ def choose_target(model: torch.nn.Module, environ: Mapping[str, str] | None = No
     asked, found = wanted(TARGET_SETUP_ENV, environ), found or machine()
     if asked == "fp32":
         return Choice("fp32", f"{TARGET_SETUP_ENV}=fp32")
+    if asked == "fp32-window":
+        return Choice("fp32-window", f"{TARGET_SETUP_ENV}=fp32-window")
     if not found.native_bf16:
+        if window_products_pay(model):
+            return Choice("fp32-window", "no native bf16 on this CPU; weight-first window products measured faster")
         return Choice("fp32", "no native bf16 on this CPU")
     if asked == "bf16-fast":
         return Choice("bf16-fast", f"{TARGET_SETUP_ENV}=bf16-fast, not row-exact", None)
@@ -268,13 +381,20 @@ def choose_target(model: torch.nn.Module, environ: Mapping[str, str] | None = No
     return Choice("bf16", f"{TARGET_SETUP_ENV}=bf16" if asked == "bf16" else "native bf16, row-exact", sizes)
 
 
-def choose_draft(environ: Mapping[str, str] | None = None, found: Machine | None = None) -> Choice:
+def choose_draft(environ: Mapping[str, str] | None = None, found: Machine | None = None,
+                 draft: torch.nn.Module | None = None) -> Choice:
+    """The draft's set-up: bf16 packed where the CPU has native bf16; elsewhere bf16 as cast where a
+    one-row bf16 product measures faster on `draft`'s widths; else fp32."""
     asked, found = wanted(DRAFT_SETUP_ENV, environ), found or machine()
-    if asked == "fp32":
-        return Choice("fp32", f"{DRAFT_SETUP_ENV}=fp32")
-    if not found.native_bf16:
-        return Choice("fp32", "no native bf16 on this CPU")
-    return Choice("bf16", f"{DRAFT_SETUP_ENV}=bf16" if asked == "bf16" else "native bf16")
+    if asked.startswith("fp32"):  # fp32-window too (pass-costs forces both models alike): a draft reads one row
+        return Choice("fp32", f"{DRAFT_SETUP_ENV}={asked}")
+    if found.native_bf16:
+        return Choice("bf16", f"{DRAFT_SETUP_ENV}=bf16" if asked == "bf16" else "native bf16")
+    if asked == "bf16":
+        return Choice("bf16-cast", f"{DRAFT_SETUP_ENV}=bf16, no native bf16")
+    if draft is not None and bf16_one_row_pays(draft):
+        return Choice("bf16-cast", "no native bf16 on this CPU; a one-row bf16 product measured faster")
+    return Choice("fp32", "no native bf16 on this CPU")
 
 
 def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | None = ROW_SIZES) -> str:
@@ -288,6 +408,9 @@ def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | 
     if setup == "bf16-fast":
         to_bf16_packed(model, None)
         return "target bf16 (oneDNN-packed weights, not row-exact)"
+    if setup == "fp32-window":
+        to_window_products(model)
+        return f"target fp32 (windows of 2-{WINDOW_ROWS} tokens computed weight-first)"
     return f"target {_dtype_name(model)} (torch's kernels)"
 
 
@@ -295,6 +418,11 @@ def prepare_draft(model: torch.nn.Module, setup: str) -> str:
     if setup == "bf16":
         to_bf16_packed(model, sizes=None)  # fed one token per call (engine.Drafter): nothing to pad
         return "draft bf16 (oneDNN-packed weights)"
+    if setup == "bf16-cast":
+        _replace_linears(model, CastLinear)
+        model.to(torch.bfloat16)
+        _give_back_memory()
+        return "draft bf16 (torch's kernels; its prompt prefill in fp32)"
     return f"draft {_dtype_name(model)}"
 
 

@@ -148,7 +148,7 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         draft, draft_tokenizer = weights.load_model(preset, name, preset.draft, device,
                                                     gpu.model_dtype(device, _dtype(preset.draft_dtype)), say)
         if device.type == "cpu":
-            choice = cpu.choose_draft()
+            choice = cpu.choose_draft(draft=draft)
             setup.append(f"{cpu.prepare_draft(draft, choice.setup)}: {choice.why}")
         check_same_vocabulary(tokenizer, draft_tokenizer)
         pair = build_pair(name, target, draft, tokenizer, device)

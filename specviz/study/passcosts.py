@@ -1,7 +1,8 @@
 """`python -m specviz pass-costs`: what a forward pass costs on this machine, per set-up of the pair.
 
-For each set-up asked for (cpu.py: fp32 as loaded, bf16 with packed weights and row-exact
-attention) the pair is loaded anew and its cost curve measured (core/costcurve.py): the target's
+For each set-up asked for (cpu.py: fp32 as loaded; fp32 with windows computed weight-first; bf16
+with packed weights and row-exact attention, or, on a CPU without native bf16, the target as
+chosen there and the draft cast to bf16) the pair is loaded anew and its cost curve measured (core/costcurve.py): the target's
 pass over 1-20 new tokens after a KV cache, the draft's one-token call and its prefill, in
 milliseconds and in one-token target passes. Run it alone: every figure is a timing.
 """
@@ -56,7 +57,7 @@ def _setups(text: str, preset: str) -> list[str]:
     if get_preset(preset).target == "bundled":
         return ["fp32"]  # a bundled pair's drafts are made from its fp32 target: no other set-up
     if text == "auto":
-        return ["fp32", "bf16"] if cpu.machine().native_bf16 else ["fp32"]
+        return ["fp32", "bf16"] if cpu.machine().native_bf16 else ["fp32", "fp32-window", "bf16"]
     setups = [s.strip() for s in text.split(",") if s.strip()]
     unknown = [s for s in setups if s not in cpu.SETUPS]
     if unknown or not setups:
@@ -88,8 +89,9 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                                                "(run it alone: every figure is a timing)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
     p.add_argument("--setups", default="auto",
-                   help="comma-separated set-ups to measure: fp32, bf16 (default auto: both where the CPU has "
-                        "native bf16; a bundled pair has only fp32)")
+                   help="comma-separated set-ups to measure: fp32, fp32-window, bf16, bf16-fast (default auto: "
+                        "fp32 and bf16 where the CPU has native bf16, else fp32, fp32-window and bf16; a bundled "
+                        "pair has only fp32)")
     p.add_argument("--context", type=int, default=200, help="tokens in the KV cache before each call (default 200)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per figure, median (default 5)")
     p.add_argument("--json", help="write the curves as JSON here")
