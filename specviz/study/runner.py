@@ -6,12 +6,14 @@ dynamic 0.4 and the oracle (`pipeline.compare`), one prompt at a time. Each fini
 appended to `results.jsonl` as one record, so a run that is interrupted resumes with the prompts
 not yet done (a record is keyed by preset, suite, prompt id and max new tokens). The report,
 STUDY.md, is computed from those records alone by report.py, and can be regenerated
-with `--report-only` without loading any model.
+with `--report-only` without loading any model. With `--ray`, Ray workers compute the prompts
+side by side and this process records them the same way (cluster.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -134,6 +136,18 @@ class ResultStore:
         return len(gone)
 
 
+def record_prompt(store: ResultStore, preset: str, item: Any, index: int, comparison: Comparison, seconds: float,
+                  eos_ids: Sequence[int], torch_threads: int) -> PromptResult:
+    """Keep one finished prompt (`item`: a suite's PromptItem): its whole comparison beside
+    results.jsonl, then its record, in that order so that every record has its comparison. Only
+    the process that owns the folder calls this: the one process of a run, or a Ray run's driver."""
+    save_comparison(comparison_path(store.path.parent, preset, item.suite, item.id, comparison.max_new_tokens),
+                    comparison, eos_ids)
+    record = result_from_comparison(preset, item.suite, item.id, index, comparison, seconds, torch_threads)
+    store.append(record)
+    return record
+
+
 # ---- the command -------------------------------------------------------------------------
 
 
@@ -189,6 +203,13 @@ class Meta:
         staging.replace(self.path)
 
 
+def start_invocation(meta: Meta, invocation: dict[str, Any], torch_threads: int) -> None:
+    """List this run in meta.json before its first prompt, so that an interrupted run is listed too."""
+    invocation.update(torch_threads=torch_threads, versions=_versions())
+    meta.invocations.append(invocation)
+    meta.save()
+
+
 def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
@@ -224,6 +245,9 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
         raise SpecVizError("--limit must be at least 1.")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise SpecVizError("--max-new-tokens must be at least 1.")
+    from .cluster import ray_options  # Ray itself is imported only for --ray
+
+    on_ray = None if args.report_only else ray_options(args)  # a missing Ray is one line now, before any work
     modes = parse_modes(args.modes or STUDY_MODES)  # a mistake is refused now, not after the models load
     suite_paths = args.suites or ([] if args.report_only else DEFAULT_SUITES)
     if suite_paths:
@@ -265,7 +289,10 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
                                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                   "finished": None, "wall_s": 0.0, "prompts_run": 0,
                                   "prompts_skipped": len(jobs) - len(todo), **machine()}
-    if todo:
+    left: list[Any] = []  # prompts a run on Ray gave up on, for the next run
+    if todo and on_ray is not None:
+        left = _run_on_ray(todo, modes, max_new_tokens, on_ray, store, meta, invocation, started, say)
+    elif todo:
         _run(todo, modes, max_new_tokens, args.threads, store, meta, invocation, started, say)
     invocation["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     invocation["wall_s"] = round(time.perf_counter() - started, 1)
@@ -273,7 +300,7 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
         meta.save()
     path = write_report(out, report, store, selection, meta)
     say(f"wrote {path}, {out / 'results.csv'} and {store.path}")
-    return 0
+    return 1 if left else 0
 
 
 def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens: int, threads: int | None,
@@ -286,9 +313,7 @@ def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens
     from .bench import _bench_limits, set_threads
 
     set_threads(threads)
-    invocation.update(torch_threads=torch.get_num_threads(), versions=_versions())
-    meta.invocations.append(invocation)
-    meta.save()
+    start_invocation(meta, invocation, torch.get_num_threads())
     limits = _bench_limits()
     spent: list[float] = []
     for preset in dict.fromkeys(job[0] for job in todo):
@@ -303,9 +328,7 @@ def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens
             # Through the door of model work (a GPU slot on a ZeroGPU Space), by the preset's name.
             comparison = compare_preset(preset, make_request(item.prompt, modes, max_new_tokens, limits=limits), limits)
             seconds = time.perf_counter() - t0
-            save_comparison(comparison_path(store.path.parent, preset_, item.suite, item.id, max_new_tokens), comparison, eos_ids)
-            store.append(result_from_comparison(preset_, item.suite, item.id, index, comparison, seconds,
-                                                torch.get_num_threads()))
+            record_prompt(store, preset_, item, index, comparison, seconds, eos_ids, torch.get_num_threads())
             spent.append(seconds)
             invocation["prompts_run"] = len(spent)
             invocation["wall_s"] = round(time.perf_counter() - started, 1)
@@ -315,6 +338,35 @@ def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens
             say(f"[{len(spent)}/{len(todo)}] {preset} {item.suite} {item.id}: {seconds:.1f} s{flag}; "
                 f"mean {statistics.fmean(spent):.1f} s/prompt, about {duration(statistics.fmean(spent) * left)} left")
         release_pair(preset)
+
+
+def _run_on_ray(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens: int, options: Any,
+                store: ResultStore, meta: Meta, invocation: dict[str, Any], started: float,
+                say: Callable[[str], None]) -> list[Any]:
+    """`_run` on Ray workers (cluster.py), which compute the prompts side by side; this process
+    records each one as it comes back, as `_run` does. Returns the prompts given up on."""
+    from .bench import _bench_limits
+    from .cluster import ray_cluster
+
+    with ray_cluster(options, say) as cluster:
+        invocation["ray"] = cluster.summary
+        start_invocation(meta, invocation, options.threads)
+        computing = time.perf_counter()
+        # closing(): on Ctrl-C while a prompt is recorded, the workers stop all the same
+        with contextlib.closing(cluster.compute(todo, modes, max_new_tokens, _bench_limits())) as finished:
+            for number, done in enumerate(finished, start=1):
+                job = done.job
+                record_prompt(store, job.preset, job.item, job.index, done.comparison, done.seconds, done.eos_ids,
+                              done.torch_threads)
+                invocation.setdefault("setups", {})[job.preset] = done.setup
+                invocation["prompts_run"] = number
+                invocation["wall_s"] = round(time.perf_counter() - started, 1)
+                meta.save()
+                pace = (time.perf_counter() - computing) / number  # wall time a prompt, the workers side by side
+                flag = " (partial: time budget ran out; redone next run)" if done.comparison.partial else ""
+                say(f"[{number}/{len(todo)}] {job}: {done.seconds:.1f} s{flag}; "
+                    f"about {duration(pace * (len(todo) - number))} left")
+        return cluster.left
 
 
 def register_commands(commands: argparse._SubParsersAction) -> None:
@@ -332,7 +384,16 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
     s.add_argument("--modes", default=None,
                    help=f"the policies run on every prompt, as in compare (default {STUDY_MODES}); a prompt "
                         "already in results.jsonl is not redone for another mode list (--force does)")
-    s.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    s.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's choice; on Ray, see --ray-threads)")
+    s.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="compute the prompts on Ray workers, each holding the pair once: started on this machine "
+                        "(no ADDRESS), or on the running cluster at ADDRESS (e.g. auto, or HEAD:6379); needs "
+                        "requirements-study.txt")
+    s.add_argument("--ray-threads", type=int, default=None,
+                   help="torch threads of each Ray worker, and the CPUs it asks Ray for (default 1)")
+    s.add_argument("--ray-actors", type=int, default=None,
+                   help="Ray workers per preset (default and most: as many as the nodes' CPUs hold, or one per GPU)")
     s.add_argument("--force", action="store_true", help="recompute prompts already in results.jsonl")
     s.add_argument("--report-only", action="store_true",
                    help="rewrite the report and results.csv from results.jsonl, without models; options given "
