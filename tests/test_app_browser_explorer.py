@@ -106,3 +106,37 @@ def test_sampled_run_notes_the_oracle(live_app, browser):
     assert page.locator("#sweep-plot .js-plotly-plot").count() == 0
     page.close()
     assert "Traceback" not in log_path.read_text()
+
+
+def test_the_cost_aware_column_and_how_it_chose_a_round(live_app, browser):
+    """Ticked in the policy settings, the cost-aware rule gets a column of its own, and Why? shows
+    how it chose a round, whichever round the slider picks."""
+    url, log_path = live_app
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_selector("#run", timeout=60_000)
+    assert not page.locator("#col-costaware").is_visible()
+    set_box(page.locator("#max-new-tokens input[type=number]"), str(TOKENS), key="Enter")
+    page.click("#policy-settings")
+    page.click("#costaware-on input")
+    page.wait_for_selector("#col-costaware", state="visible", timeout=10_000)
+    page.click("#run")
+    page.wait_for_selector('#status .specviz-status[data-state="done"]', timeout=RUN_TIMEOUT_MS)
+    column = page.inner_text("#col-costaware")
+    assert "Cost-aware" in column and "worth its price" in column
+    assert page.get_attribute("#col-costaware [data-metric=lossless]", "data-value") == "true"
+    page.wait_for_selector("#rule-plot .js-plotly-plot", timeout=20_000)
+    series = page.evaluate("() => document.querySelector('#rule-plot .js-plotly-plot').data.map(d => d.meta.series)")
+    assert {"marginal", "expected", "rate", "stop"} <= set(series)
+    title = page.evaluate("() => document.querySelector('#rule-plot .js-plotly-plot').layout.title.text")
+    assert "round 1" in title
+    set_box(page.locator("#rule-round input[type=number]"), "2", key="Enter")
+    page.wait_for_function("() => document.querySelector('#rule-plot .js-plotly-plot')?.layout.title.text"
+                           ".includes('round 2')", timeout=20_000)
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    page.locator("#rule-plot").screenshot(path=str(ROOT / "artifacts" / "cost-aware-round.png"))
+    page.close()
+    assert errors == []
+    assert "Traceback" not in log_path.read_text()

@@ -254,7 +254,8 @@ def _wire_views(p: SimpleNamespace) -> None:
     p.draft_cost.release(what_if, [p.last, p.eos_state, p.draft_cost], [p.sweep_plot, p.sweep_table], **NO_MODEL)
     p.png_button.click(lambda c, e: exports(c, e, png=True), [p.last, p.eos_state], [p.downloads, p.export_note],
                        concurrency_id="specviz-export", api_visibility="private")
-    p.rule_round.release(rule_view, [p.last, p.rule_round], p.rule_plot, **NO_MODEL)
+    for moved in (p.rule_round.release, p.rule_round.input):  # dragged, or a number typed in its box
+        moved(rule_view, [p.last, p.rule_round], p.rule_plot, **NO_MODEL)
     replay_inputs = [p.last, p.replay_policy, p.replay_round, p.eos_state]
     replay_outputs = [p.replay_round, p.replay_panel]
     p.replay_policy.input(replay_pick, [p.last, p.replay_policy, p.eos_state], replay_outputs, queue=False, **QUIET)
