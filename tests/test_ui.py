@@ -445,6 +445,7 @@ def test_the_cost_aware_round_chart_and_its_stop_reason():
     from specviz.study.analysis import rule_rounds
     from specviz.ui.explain_plots import rule_round_figure
 
+    assert rule_rounds(None) == [] and rule_rounds(_trace("dynamic")) == []  # a run without the rule: no chart
     trace = _cost_aware_trace()
     seen = rule_rounds(trace)
     assert [len(r.decisions) for r in seen] == [4, 3]  # the start, then a choice after every token

@@ -374,11 +374,11 @@ class RuleRound:
         return out
 
 
-def rule_rounds(trace: Trace) -> list[RuleRound]:
+def rule_rounds(trace: Trace | None) -> list[RuleRound]:
     """Replays a cost-aware run's own rounds through a fresh rule with the prices it ran with. Its
     choices depend only on the draft's probabilities, the verdicts and those prices, so this
     recovers exactly what it weighed in every round, with no model (tested against the run)."""
-    if trace.policy != "costaware" or "prices" not in trace.params:
+    if trace is None or trace.policy != "costaware" or "prices" not in trace.params:
         return []
     prices = PassPrices(trace.params["prices"]["draft_call_ms"], tuple(trace.params["prices"]["target_ms"]))
     rule = CostAware(prices, trace.params.get("max_tokens", 20))
