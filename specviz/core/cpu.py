@@ -195,10 +195,9 @@ class CastLinear(torch.nn.Module):
 def window_products_pay(model: torch.nn.Module, rows: int = 8, repeats: int = 5) -> bool:
     """Whether weight-first products over a window are clearly faster than torch's usual ones on
     this machine, timed on the model's widest Linear layer but its output layer (a few ms)."""
-    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.get_output_embeddings()]
-    if not layers:
+    widest = _widest_linear(model, but=model.get_output_embeddings())
+    if widest is None:
         return False
-    widest = max(layers, key=lambda m: m.weight.numel())
     x = torch.randn(rows, widest.in_features, dtype=widest.weight.dtype)
     with torch.inference_mode():
         usual = _median_ms(lambda: F.linear(x, widest.weight), repeats)
@@ -209,15 +208,20 @@ def window_products_pay(model: torch.nn.Module, rows: int = 8, repeats: int = 5)
 def bf16_one_row_pays(model: torch.nn.Module, repeats: int = 5) -> bool:
     """Whether a one-row product in bf16 is clearly faster than in fp32 here (the draft's every call
     is one row), timed on the model's widest Linear layer."""
-    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    if not layers or next(model.parameters()).dtype != torch.float32:
+    widest = _widest_linear(model)
+    if widest is None or widest.weight.dtype != torch.float32:
         return False
-    widest = max(layers, key=lambda m: m.weight.numel())
     x, half = torch.randn(1, widest.in_features), widest.weight.to(torch.bfloat16)
     with torch.inference_mode():
         fp32 = _median_ms(lambda: F.linear(x, widest.weight), repeats)
         bf16 = _median_ms(lambda: F.linear(x.to(torch.bfloat16), half), repeats)
     return bf16 < 0.8 * fp32
+
+
+def _widest_linear(model: torch.nn.Module, but: torch.nn.Module | None = None) -> torch.nn.Linear | None:
+    """The model's Linear layer with the most weights (`but` left out): where a kernel's cost shows."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not but]
+    return max(layers, key=lambda m: m.weight.numel(), default=None)
 
 
 def _median_ms(call, repeats: int) -> float:

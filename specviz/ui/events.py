@@ -285,11 +285,12 @@ def views(comparison, eos):
     cost = gr.Slider(value=round(min(1.0, max(0.01, ratio)), 2) if ratio else 0.5,
                      visible=comparison.draft_along_reference is not None)
     explain = explain_figures(comparison)
-    rule_rounds_seen = len(rule_rounds(_cost_aware(comparison)))
+    rule_trace = _cost_aware(comparison)
+    rounds = rule_rounds(rule_trace)
     explained = (_fit(explain["calibration"]), _fit(explain["positions"]), explain["work"],
                  _fit(explain["pass_costs"]),
-                 gr.Slider(minimum=1, maximum=max(2, rule_rounds_seen), value=1, visible=rule_rounds_seen > 0),
-                 rule_view(comparison, 1))
+                 gr.Slider(minimum=1, maximum=max(2, len(rounds)), value=1, visible=bool(rounds)),
+                 _rule_plot(rounds, rule_trace, 1))
     if comparison.draft_along_reference is not None:
         sweep_plot, sweep_table = what_if(comparison, eos)
         note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
@@ -323,7 +324,10 @@ def rule_view(comparison, number):
     """How the cost-aware rule chose round `number` (from 1) of the comparison's cost-aware run;
     hidden when it has none."""
     trace = _cost_aware(comparison)
-    rounds = rule_rounds(trace) if trace is not None else []
+    return _rule_plot(rule_rounds(trace), trace, number)
+
+
+def _rule_plot(rounds, trace, number):
     if not rounds:
         return gr.Plot(None, visible=False)
     chosen = rounds[max(1, min(len(rounds), int(number or 1))) - 1]
