@@ -239,6 +239,17 @@ def test_cost_aware_comes_back_to_drafting_after_an_unlucky_start():
     assert all(drafted[-10:]), drafted  # ... and it is drafting again, and keeps to it
 
 
+def test_cost_aware_never_lowers_its_bar_below_plain_decoding():
+    """Bad rounds drag the run's rate below plain decoding's; plain decoding is still to be had, so
+    the bar a token must clear stays at its rate (else each bad round would excuse the next)."""
+    policy = CostAware(PassPrices(40.0, (100.0, 150.0, 152.0, 154.0)))
+    for position in range(0, 8, 2):  # rounds that drafted three tokens and kept none
+        policy.start_round(position)
+        policy.end_round(3, 0, [0.95] * 3)
+    assert policy.tokens / policy.time_ms < 1 / 100
+    assert policy.rate() == pytest.approx(1 / 100)
+
+
 def test_cost_aware_learns_its_draft_calibration_from_the_verdicts():
     policy = CostAware(PassPrices(10.0, (100.0,) * 8))
     before = policy.acceptance(0.95)

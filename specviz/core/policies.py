@@ -285,7 +285,8 @@ class CostAware(Policy):
     the chance that the next one is accepted too, and costs c = one draft call plus what one more
     row adds to the verification pass, V(n + 2) - V(n + 1). So: draft token n + 1 while
     g / c > R, with R the run's throughput so far (tokens over the time its rounds took, priced
-    with the same costs; before the first round, plain decoding's 1 / V(1)). Where even the first
+    with the same costs; before the first round, plain decoding's 1 / V(1)), but never below
+    1 / V(1): plain decoding is always to be had, so the best rate is at least its. Where even the first
     token is not worth it, the round drafts nothing, which is plain decoding, as it should be where
     a draft costs as much as the target.
 
@@ -300,6 +301,17 @@ class CostAware(Policy):
     after plain rounds: its estimate plus sqrt(ln(1 + s) / n), s the plain rounds in a row and n
     the verdicts behind the estimate (an upper confidence bound, as in bandit rules), capped at 1,
     so a pair on which even a sure first token does not pay never drafts.
+
+    Why one token ahead, although a CPU's verification pass is not convex (its second row can cost
+    a whole pass, the rows after it little, so one more token may not pay where eight would): a
+    rule that weighs every stop from the round's start (the best m tokens together) was tried by
+    the what-if replay on the saved study comparisons (docs/study-bundled-costaware, docs/study-xeon).
+    On the real pair it changed nothing (1.66-1.67x coding). On the bundled pairs it only paid with
+    an optimistic guess of how long the draft stays right, and that optimism made it explore where
+    drafting never pays: every exploring round also pays the draft's catch-up on the tokens it
+    skipped, and on a long prompt its prefill (int8 pair 0.73-0.96x of target-only, dynamic 0.4
+    0.78-0.85x, this rule 1.00x; the bf16 pair's coding rose from 1.00x to at most 1.11x, below
+    dynamic 0.4's 1.32x, while its summaries fell to 0.6-0.7x).
 
     Acceptance comes from the draft's probability, calibrated on the run's own verdicts: in ten
     bins of probability, accepted / judged with a prior worth `prior_weight` tokens that the draft
@@ -339,9 +351,12 @@ class CostAware(Policy):
         return min(1.0, estimate + math.sqrt(math.log1p(self.plain_rounds) / judged))
 
     def rate(self) -> float:
-        """Tokens per millisecond so far, with plain decoding's rate as a prior worth a few tokens."""
-        prior_ms = self.prior_weight * self.prices.verify_ms(1)
-        return (self.tokens + self.prior_weight) / (self.time_ms + prior_ms)
+        """The bar a step must clear, in tokens per millisecond: the run's rate so far (with plain
+        decoding's as a prior worth a few tokens), but never below plain decoding's own, which is
+        always to be had: a run dragged down by bad rounds must not lower its bar for more of them."""
+        plain = 1.0 / self.prices.verify_ms(1)
+        run = (self.tokens + self.prior_weight) / (self.time_ms + self.prior_weight * self.prices.verify_ms(1))
+        return max(run, plain)
 
     def worth(self, gain: float, cost_ms: float, window: int) -> bool:
         decision = Decision(window, gain, cost_ms, self.rate())
