@@ -10,10 +10,11 @@ import torch
 from conftest import noisy_copy, tiny_llama
 
 from specviz.core import cpu
-from specviz.core.costcurve import CostCurve, measure, table
+from specviz.core.costcurve import CostCurve, LivePrices, measure, table
 from specviz.core.engine import decode_target_only, generate, target_only
 from specviz.core.models import build_pair
-from specviz.core.policies import Dynamic, Heuristic, Static
+from specviz.core.policies import Dynamic, Heuristic, PassPrices, Static
+from specviz.core.trace import Baseline, Round, Trace
 
 needs_bf16 = pytest.mark.skipif(not cpu.machine().native_bf16, reason="this CPU has no native bf16")
 
@@ -225,6 +226,37 @@ def test_the_curve_interpolates_between_measured_windows():
     assert curve.ratio(8) == pytest.approx(1.8) and curve.draft_ratio == pytest.approx(0.2)
 
 
+def _timed_round(index: int, drafted: int, draft_s: float, verify_s: float, prefill_s: float = 0.0) -> Round:
+    return Round(index=index, position=index, budget=drafted, draft_ids=[7] * drafted, draft_probs=[0.5] * drafted,
+                 accepted=0, target_id=7, draft_passes=drafted + (prefill_s > 0), draft_s=draft_s + prefill_s,
+                 verify_s=verify_s, draft_prefill_s=prefill_s)
+
+
+def test_live_prices_scale_the_measured_curve_by_what_runs_timed():
+    """Each part of the price by the median of timed / measured; a run's first round (the prompt's
+    prefill) is left out, and the draft's prefill is not a draft call."""
+    prices = LivePrices(PassPrices(10.0, (100.0, 150.0, 160.0, 170.0)))
+    assert prices.current() == prices.measured  # nothing timed yet: the curve as measured
+    rounds = [_timed_round(0, 3, 5.0, 9.0, prefill_s=9.0),  # the prompt's prefill: ignored
+              _timed_round(1, 3, 0.06, 0.34),  # three draft calls of 20 ms, a window of 4 at 340 ms (2x)
+              _timed_round(2, 0, 0.0, 0.05),  # a plain pass: half the measured 100 ms
+              _timed_round(3, 1, 0.02, 0.3, prefill_s=0.5)]  # one call after the draft's prefill
+    prices.record(Trace("costaware", "cost-aware", {}, [7] * 8, rounds, 1.0, "max_new_tokens"))
+    now = prices.current()
+    assert now.draft_call_ms == pytest.approx(20.0)  # 2x, from both rounds' calls
+    assert now.target_ms[0] == pytest.approx(50.0)
+    assert now.target_ms[1:] == pytest.approx((300.0, 320.0, 340.0))  # 2x: windows of 2 (300 / 150) and 4
+    # target-only decoding: its passes after the first
+    prices.record(Baseline(token_ids=[7] * 11, wall_s=1.2, stop_reason="max_new_tokens", prefill_s=0.2))
+    assert prices.current().target_ms[0] == pytest.approx(75.0)  # the median of 0.5 and 1.0
+
+
+def test_live_prices_never_price_a_window_below_one_token():
+    prices = LivePrices(PassPrices(10.0, (100.0, 101.0)))
+    prices.record(Baseline(token_ids=[7] * 3, wall_s=0.5, stop_reason="eos", prefill_s=0.1))  # 200 ms a pass
+    assert prices.current().target_ms == (200.0, 200.0)
+
+
 @pytest.mark.slow
 def test_a_cost_aware_comparison_measures_the_pairs_prices_once_and_records_them(bundled_pair):
     from specviz.core.costcurve import pass_prices
@@ -234,8 +266,11 @@ def test_a_cost_aware_comparison_measures_the_pairs_prices_once_and_records_them
     messages: list[str] = []
     comparison = compare(bundled_pair, make_request("Name a fruit.", "costaware,static:3", 16),
                          progress=messages.append)
-    prices = bundled_pair.prices
-    assert prices is not None and len(prices.target_ms) == 20 and pass_prices(bundled_pair) is prices  # kept
+    live = bundled_pair.prices
+    assert live is not None and len(live.measured.target_ms) == 20
     assert any("Measuring what a pass costs" in m for m in messages)
     trace = comparison.trace("cost-aware")
-    assert trace.lossless and trace.params["prices"] == prices.to_dict()
+    assert trace.lossless and trace.params["prices"]["target_ms"]
+    # every run on the pair is learnt from: both policies and target-only decoding
+    assert live.window and live.draft_call and live.one_token
+    assert pass_prices(bundled_pair) == live.current()  # measured once, kept on the pair

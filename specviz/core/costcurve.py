@@ -4,7 +4,7 @@ a KV cache of realistic length, the draft's one-token call and its prompt prefil
 Speculative decoding's arithmetic rests on these numbers (a window of k checked for about one
 pass, a draft call at a small fraction of one), and they differ by machine and set-up (cpu.py).
 `python -m specviz pass-costs` prints them; a lookahead rule that prices its rounds can measure
-them at load in a few seconds.
+them at load in a few seconds, and keep them up to date from its pair's runs (`LivePrices`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from collections import deque
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .engine import CachedModel
 from .policies import PassPrices
+from .trace import Baseline, Trace
 
 if TYPE_CHECKING:
     from .models import ModelPair
@@ -124,11 +126,62 @@ def table(curve: CostCurve) -> list[str]:
     return lines
 
 
+RECENT = 400  # timed calls each scale is the median of: the pair's last few runs
+
+
+def _recent() -> deque[float]:
+    return deque(maxlen=RECENT)
+
+
+@dataclass
+class LivePrices:
+    """A pair's prices for the cost-aware rule: the cost curve measured at load, each part scaled
+    by what the pair's own runs have timed since (the median of timed / measured over its recent
+    calls): the draft's call, the target's one-token pass, and its pass over a window. A curve
+    measured in a few seconds at load can be off by a noisy moment, and a shared machine gets
+    busier or quieter; the runs see every pass. The load-time curve keeps the shape (how a pass
+    grows with its window), which a run's few window sizes cannot give.
+
+    A run takes the prices as they stand when it starts and keeps them for its whole run
+    (recorded in its trace), so that its decisions, and the replay of them, depend on its own
+    probabilities and verdicts and those fixed prices only."""
+
+    measured: PassPrices
+    draft_call: deque[float] = field(default_factory=_recent)  # timed / measured, per call
+    one_token: deque[float] = field(default_factory=_recent)  # per one-token target pass
+    window: deque[float] = field(default_factory=_recent)  # per target pass over 2 or more tokens
+
+    def record(self, run: Trace | Baseline) -> None:
+        """Learn from a finished run's timings. A run's first round is left out: its passes
+        include the prompt's prefill."""
+        if isinstance(run, Baseline):
+            passes = len(run.token_ids) - 1
+            if passes > 0 and run.wall_s > run.prefill_s:
+                self.one_token.append((run.wall_s - run.prefill_s) * 1000 / passes / self.measured.verify_ms(1))
+            return
+        for r in run.rounds[1:]:
+            checked = r.lookahead + 1
+            ratio = r.verify_s * 1000 / self.measured.verify_ms(checked)
+            (self.one_token if checked == 1 else self.window).append(ratio)
+            calls = r.draft_passes - (r.draft_prefill_s > 0)  # the prompt's prefill is one call, not one token
+            if calls > 0:
+                self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / calls / self.measured.draft_call_ms)
+
+    def current(self) -> PassPrices:
+        def scale(timed: deque[float]) -> float:
+            return statistics.median(timed) if timed else 1.0
+
+        one = self.measured.target_ms[0] * scale(self.one_token)
+        windows = tuple(max(one, ms * scale(self.window)) for ms in self.measured.target_ms[1:])
+        return PassPrices(self.measured.draft_call_ms * scale(self.draft_call), (one, *windows))
+
+
 def pass_prices(pair: ModelPair, repeats: int = 3) -> PassPrices:
-    """The pair's prices for the cost-aware rule: its cost curve, measured once per loaded pair
-    (a few seconds) and kept on it, read at every window from 1 to the largest measured."""
+    """The pair's prices for the cost-aware rule as they stand: its cost curve, measured once per
+    loaded pair (a few seconds) and read at every window from 1 to the largest measured, scaled by
+    what its runs have timed since (`LivePrices`; the pipeline records every run on the pair)."""
     if pair.prices is None:
         curve = measure(pair, context=128, repeats=repeats)
-        pair.prices = PassPrices(curve.draft_call_ms,
-                                 tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1)))
-    return pair.prices
+        pair.prices = LivePrices(PassPrices(curve.draft_call_ms,
+                                            tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1))))
+    return pair.prices.current()

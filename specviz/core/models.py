@@ -39,7 +39,7 @@ class ModelPair:
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (cpu.py)
-    prices: object | None = None  # policies.PassPrices, measured when a cost-aware run first needs them
+    prices: object | None = None  # costcurve.LivePrices, measured when a cost-aware run first needs them
 
 
 def int8_draft(target: torch.nn.Module) -> torch.nn.Module:

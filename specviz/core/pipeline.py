@@ -209,6 +209,11 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         comparison.partial = comparison.partial or time.monotonic() > deadline
         return comparison.partial
 
+    def learn_prices(run: Trace | Baseline) -> None:
+        """Every run's timings keep the cost-aware rule's prices up to date, once it has any."""
+        if pair.prices is not None:
+            pair.prices.record(run)
+
     def run_policy(policy: Policy) -> Iterator[Update]:
         message = f"Running {policy.label}"
         say(message)
@@ -228,6 +233,7 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
                 break
         trace.text = pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True)
         comparison.traces.append(trace)
+        learn_prices(trace)
 
     def find_oracle(reference: list[int], source: str | None) -> Iterator[Update]:
         nonlocal oracle
@@ -252,6 +258,7 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
                 return
         baseline.text = pair.tokenizer.decode(baseline.token_ids, skip_special_tokens=True)
         comparison.baseline = baseline
+        learn_prices(baseline)
 
     def policy_for(spec: ModeSpec) -> Iterator[Update]:
         """The spec's policy; the cost-aware rule's prices are measured on the pair first (once)."""
@@ -261,6 +268,9 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
             message = "Measuring what a pass costs on this machine (for the cost-aware rule)"
             say(message)
             yield Update(comparison, None, message)
+            pass_prices(pair)
+            for trace in comparison.traces:  # the runs before it, timed on this very prompt
+                learn_prices(trace)
         return make_policy(spec, prices=pass_prices(pair))
 
     oracle_specs = [s for s in request.modes if s.policy == "oracle"] if greedy else []
