@@ -72,6 +72,7 @@ def test_without_native_bf16_the_target_computes_windows_weight_first_where_that
 
 def test_without_native_bf16_the_draft_is_cast_to_bf16_where_one_row_measures_faster(monkeypatch):
     draft = tiny_llama(1)
+    monkeypatch.setattr(cpu, "int4_one_row_pays", lambda model, native_bf16: False)  # its own test below
     monkeypatch.setattr(cpu, "bf16_one_row_pays", lambda m: True)
     assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup == "bf16-cast"
     assert cpu.choose_draft({}, WITHOUT_BF16).setup == "fp32"  # nothing to measure on
@@ -195,6 +196,71 @@ def test_greedy_speculation_gives_todays_tokens_on_the_window_set_up_over_many_p
             assert trace.token_ids == baseline, (seed, policy.label)
             accepted += trace.accepted
     assert accepted > 0
+
+
+# ---- the draft in int4 ----------------------------------------------------------------------
+
+
+def test_an_int4_layer_computes_nearly_what_the_layer_computes():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(128, 48)
+    assert cpu.Int4Linear.fits(linear)
+    assert not cpu.Int4Linear.fits(torch.nn.Linear(100, 48)) and not cpu.Int4Linear.fits(torch.nn.Linear(128, 40))
+    x = torch.randn(5, 128)
+    exact, quantized = linear(x), cpu.Int4Linear(linear)(x)
+    assert quantized.dtype == torch.bfloat16 and quantized.shape == (5, 48)
+    assert (quantized.float() - exact).norm() < 0.1 * exact.norm()  # 16 levels a group of 32
+
+
+def test_the_draft_is_int4_where_a_one_row_int4_product_measures_faster(monkeypatch):
+    draft = wide_llama(1)
+    assert cpu.int4_one_row_pays(draft, cpu.machine().native_bf16) in (True, False)  # it times, here
+    monkeypatch.setattr(cpu, "int4_one_row_pays", lambda model, native_bf16: True)
+    assert cpu.choose_draft({}, WITH_BF16, draft).setup == "int4"
+    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup == "int4"
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "bf16"}, WITH_BF16, draft).setup == "bf16"  # forced
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32"}, WITH_BF16, draft).setup == "fp32"
+    monkeypatch.setattr(cpu, "int4_one_row_pays", lambda model, native_bf16: False)
+    assert cpu.choose_draft({}, WITH_BF16, draft).setup == "bf16"
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITHOUT_BF16, draft).setup == "int4"
+
+
+def test_an_int4_draft_guesses_nearly_as_the_fp32_one_and_speculation_stays_lossless():
+    """Lossy weights change some of the draft's guesses, never the answer: the target decides."""
+    target = wide_llama(3)
+    draft = noisy_copy(target, 0.3, seed=4)
+    ids = torch.randint(0, 64, (48,), generator=torch.Generator().manual_seed(9)).tolist()
+    before = logits(draft, ids).argmax(-1)
+    assert cpu.prepare_draft(draft, "int4").startswith("draft int4")
+    assert isinstance(draft.lm_head, cpu.Int4Linear) and isinstance(draft.model.layers[0].mlp.down_proj,
+                                                                     cpu.Int4Linear)
+    assert (logits(draft, ids).argmax(-1) == before).float().mean() >= 0.8
+    pair = build_pair("tiny-int4", target, draft, tokenizer=None, device=torch.device("cpu"))
+    accepted = 0
+    for seed in range(12):
+        prompt = torch.randint(0, 64, (6 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        baseline = target_only(pair, prompt, 24).token_ids
+        for policy in (Static(5), Heuristic(3), Dynamic(0.3, 12)):
+            trace = generate(pair, prompt, policy, 24)
+            assert trace.token_ids == baseline, (seed, policy.label)
+            accepted += trace.accepted
+    assert accepted > 0
+
+
+def test_int4_leaves_layers_it_does_not_fit_in_bf16():
+    draft = tiny_llama(1)  # 16 wide: no whole group of 32
+    cpu.prepare_draft(draft, "int4")
+    assert isinstance(draft.lm_head, torch.nn.Linear) and draft.lm_head.weight.dtype == torch.bfloat16
+
+
+def test_pass_costs_measures_a_target_and_a_draft_set_up_each_its_own():
+    from specviz.errors import SpecVizError
+    from specviz.study.passcosts import _setups
+
+    assert _setups("bf16/int4,fp32", "qwen2.5-coder-1.5b") == ["bf16/int4", "fp32"]
+    for wrong in ("bf16/fp32-window", "int4", "bf16/"):
+        with pytest.raises(SpecVizError, match="TARGET/DRAFT"):
+            _setups(wrong, "qwen2.5-coder-1.5b")
 
 
 def test_fp32_leaves_the_model_as_it_is():

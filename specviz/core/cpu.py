@@ -32,13 +32,20 @@ finds it faster. Like plain fp32 it is not row-exact (a row's logits may differ 
 between a window and a one-token pass, as they already did), so lossless stays what it was in fp32.
 
 The draft's numbers need not equal anything: the engine feeds it one token per call, which makes
-its guess a function of the text alone (engine.Drafter). It only has to be cheap: bf16 with
-packed weights where the CPU has native bf16; elsewhere plain bf16 where a one-row bf16 product
-measures faster than fp32's (it reads half the bytes: 0.35 of fp32's time on the EPYC above).
+its guess a function of the text alone (engine.Drafter). It only has to be cheap and to guess as
+well. A one-token call reads every weight once, so its price is its weights' bytes: in the
+target's own precision a 0.5B draft costs at least its share of a 1.5B target's bytes (0.32, measured
+0.36). Stored in 4 bits (`Int4Linear`: groups of 32 weights with a bf16 scale and offset each,
+torch's int4 weight-only kernel, bf16 activations) the real pair's draft reads a quarter of its
+bf16 bytes: 35-42 ms a call against bf16's 70-85 ms on an AVX512-BF16 EPYC, and it guesses the
+target's token at 87.4% of the study's answer positions against fp32's 88.1% (docs/BENCHMARKS.md).
+So the draft gets int4 where a one-row int4 product measures clearly faster than the bf16 one this
+machine would use; else bf16 with packed weights where the CPU has native bf16; elsewhere plain
+bf16 where a one-row bf16 product measures faster than fp32's (it reads half the bytes: 0.35 of
+fp32's time on the EPYC above).
 
 SPECVIZ_TARGET_SETUP (fp32, fp32-window, bf16, bf16-fast or auto) and SPECVIZ_DRAFT_SETUP (fp32,
-bf16 or auto) force a choice. A GPU keeps its
-own path (gpu.py).
+bf16, int4 or auto) force a choice. A GPU keeps its own path (gpu.py).
 """
 
 from __future__ import annotations
@@ -67,6 +74,8 @@ ROW_ATTENTION = "specviz_rows"
 # 16 alone (exact by construction) where they differ.
 ROW_SIZES = (16, 32)
 SETUPS = ("fp32", "fp32-window", "bf16", "bf16-fast")
+DRAFT_SETUPS = ("fp32", "bf16", "int4")
+INT4_GROUP = 32  # weights per scale and offset in the draft's int4 layers
 # fp32-window: products over 2 to this many rows are computed weight-first (verification windows);
 # more rows (a prompt's prefill) and one row keep torch's usual product.
 WINDOW_ROWS = 32
@@ -192,6 +201,42 @@ class CastLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bf16, prefill in fp32"
 
 
+class Int4Linear(torch.nn.Module):
+    """A Linear layer stored in 4 bits for a draft: each group of INT4_GROUP weights of a row as
+    0..15 with a bf16 scale and offset (w = (q - 8) x scale + offset, the layout of torch's int4
+    weight-only kernel), products in bf16. A quarter of bf16's bytes, so a one-row product, which
+    reads every weight once, costs about half of bf16's. Lossy, which a draft may be: only its
+    guesses' agreement with the target matters, checked on the study's answers."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()
+        groups = weight.reshape(self.out_features, self.in_features // INT4_GROUP, INT4_GROUP)
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=torch.finfo(torch.bfloat16).tiny)
+        q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
+        self.packed = torch._convert_weight_to_int4pack_for_cpu(q.reshape(self.out_features, self.in_features), 1)
+        self.scales_and_offsets = torch.stack([scale, low + 8 * scale], -1).transpose(0, 1).contiguous().to(
+            torch.bfloat16)  # (groups, out, 2), as the kernel reads them
+        self.bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+
+    @staticmethod
+    def fits(linear: torch.nn.Linear) -> bool:
+        """The kernel's shapes: whole groups along a row, and rows in multiples of 16."""
+        return linear.in_features % INT4_GROUP == 0 and linear.out_features % 16 == 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch._weight_int4pack_mm_for_cpu(rows, self.packed, INT4_GROUP, self.scales_and_offsets)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4 in groups of {INT4_GROUP}"
+
+
 def window_products_pay(model: torch.nn.Module, rows: int = 8, repeats: int = 5) -> bool:
     """Whether weight-first products over a window are clearly faster than torch's usual ones on
     this machine, timed on the model's widest Linear layer but its output layer (a few ms)."""
@@ -216,6 +261,26 @@ def bf16_one_row_pays(model: torch.nn.Module, repeats: int = 5) -> bool:
         fp32 = _median_ms(lambda: F.linear(x, widest.weight), repeats)
         bf16 = _median_ms(lambda: F.linear(x.to(torch.bfloat16), half), repeats)
     return bf16 < 0.8 * fp32
+
+
+def int4_one_row_pays(model: torch.nn.Module, native_bf16: bool, repeats: int = 5) -> bool:
+    """Whether a one-row product in int4 is clearly faster here than in the bf16 the draft would
+    otherwise get (packed for oneDNN where the CPU has native bf16, torch's plain kernel elsewhere),
+    timed on the model's widest Linear layer that int4 fits (a second or two). The widest, because
+    a layer that fits in the CPU's cache times as compute, and the whole draft, far larger than
+    any cache, runs as memory traffic: the real draft's 4864x896 projection timed int4 and bf16
+    alike (0.15 vs 0.16-0.22 ms), its 151936x896 output layer 4.6 vs 14-15 ms, its whole call
+    30-35 vs 70-76 ms (an AVX512-BF16 EPYC)."""
+    if not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
+        return False
+    fitting = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and Int4Linear.fits(m)]
+    if not fitting:
+        return False
+    widest = max(fitting, key=lambda m: m.weight.numel())
+    x = torch.randn(1, widest.in_features)
+    int4, bf16 = Int4Linear(widest), PackedLinear(widest, None) if native_bf16 else CastLinear(widest)
+    with torch.inference_mode():
+        return _median_ms(lambda: int4(x), repeats) < 0.8 * _median_ms(lambda: bf16(x), repeats)
 
 
 def _widest_linear(model: torch.nn.Module, but: torch.nn.Module | None = None) -> torch.nn.Linear | None:
@@ -305,9 +370,10 @@ def use_row_attention(model: torch.nn.Module) -> None:
 
 
 def wanted(env: str, environ: Mapping[str, str] | None = None) -> str:
-    """The set-up an environment variable asks for: fp32, bf16, bf16-fast or auto (unset or anything else)."""
+    """The set-up an environment variable asks for: one of SETUPS (the target's) or DRAFT_SETUPS, or
+    auto (unset or anything else)."""
     value = (os.environ if environ is None else environ).get(env, "").strip().lower()
-    return value if value in SETUPS else "auto"
+    return value if value in (*SETUPS, *DRAFT_SETUPS) else "auto"
 
 
 def rows_exact(model: torch.nn.Module, context: int = 40, window: int = 8, seed: int = 0) -> bool:
@@ -387,11 +453,16 @@ def choose_target(model: torch.nn.Module, environ: Mapping[str, str] | None = No
 
 def choose_draft(environ: Mapping[str, str] | None = None, found: Machine | None = None,
                  draft: torch.nn.Module | None = None) -> Choice:
-    """The draft's set-up: bf16 packed where the CPU has native bf16; elsewhere bf16 as cast where a
-    one-row bf16 product measures faster on `draft`'s widths; else fp32."""
+    """The draft's set-up: int4 where a one-row int4 product measures clearly faster on `draft`'s
+    widths than the bf16 it would otherwise get; else bf16 packed where the CPU has native bf16;
+    elsewhere bf16 as cast where a one-row bf16 product measures faster; else fp32."""
     asked, found = wanted(DRAFT_SETUP_ENV, environ), found or machine()
     if asked.startswith("fp32"):  # fp32-window too (pass-costs forces both models alike): a draft reads one row
         return Choice("fp32", f"{DRAFT_SETUP_ENV}={asked}")
+    if asked == "int4":
+        return Choice("int4", f"{DRAFT_SETUP_ENV}=int4")
+    if asked == "auto" and draft is not None and int4_one_row_pays(draft, found.native_bf16):
+        return Choice("int4", "a one-row int4 product measured faster than bf16 on this CPU")
     if found.native_bf16:
         return Choice("bf16", f"{DRAFT_SETUP_ENV}=bf16" if asked == "bf16" else "native bf16")
     if asked == "bf16":
@@ -427,6 +498,11 @@ def prepare_draft(model: torch.nn.Module, setup: str) -> str:
         model.to(torch.bfloat16)
         _give_back_memory()
         return "draft bf16 (torch's kernels; its prompt prefill in fp32)"
+    if setup == "int4":
+        _replace_linears(model, lambda linear: Int4Linear(linear) if Int4Linear.fits(linear) else linear)
+        model.to(torch.bfloat16)  # what int4 does not fit, and the embeddings and norms
+        _give_back_memory()
+        return f"draft int4 (weights in groups of {INT4_GROUP}, bf16 activations)"
     return f"draft {_dtype_name(model)}"
 
 

@@ -26,9 +26,11 @@ from ..errors import SpecVizError
 
 @contextmanager
 def _forced(setup: str):
-    """Both models of a pair loaded in `setup` (the environment variables cpu.py reads)."""
+    """A pair loaded in `setup` (the environment variables cpu.py reads): both models alike, or
+    TARGET/DRAFT (e.g. bf16/int4) for each its own."""
     saved = {env: os.environ.get(env) for env in (cpu.TARGET_SETUP_ENV, cpu.DRAFT_SETUP_ENV)}
-    os.environ.update({env: setup for env in saved})
+    target, _, draft = setup.partition("/")
+    os.environ.update({cpu.TARGET_SETUP_ENV: target, cpu.DRAFT_SETUP_ENV: draft or target})
     try:
         yield
     finally:
@@ -59,10 +61,16 @@ def _setups(text: str, preset: str) -> list[str]:
     if text == "auto":
         return ["fp32", "bf16"] if cpu.machine().native_bf16 else ["fp32", "fp32-window", "bf16"]
     setups = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in setups if s not in cpu.SETUPS]
+    unknown = [s for s in setups if not _known(s)]
     if unknown or not setups:
-        raise SpecVizError(f"Unknown set-up {', '.join(unknown) or text!r}: choose from {', '.join(cpu.SETUPS)}.")
+        raise SpecVizError(f"Unknown set-up {', '.join(unknown) or text!r}: choose from {', '.join(cpu.SETUPS)}, "
+                           f"or TARGET/DRAFT with the draft one of {', '.join(cpu.DRAFT_SETUPS)} (e.g. bf16/int4).")
     return setups
+
+
+def _known(setup: str) -> bool:
+    target, slash, draft = setup.partition("/")
+    return target in cpu.SETUPS and (not slash or draft in cpu.DRAFT_SETUPS)
 
 
 def cmd_pass_costs(args: argparse.Namespace) -> int:
@@ -89,9 +97,10 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                                                "(run it alone: every figure is a timing)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
     p.add_argument("--setups", default="auto",
-                   help="comma-separated set-ups to measure: fp32, fp32-window, bf16, bf16-fast (default auto: "
-                        "fp32 and bf16 where the CPU has native bf16, else fp32, fp32-window and bf16; a bundled "
-                        "pair has only fp32)")
+                   help="comma-separated set-ups to measure: fp32, fp32-window, bf16, bf16-fast for both models, "
+                        "or TARGET/DRAFT with the draft fp32, bf16 or int4, e.g. bf16/int4 (default auto: fp32 and "
+                        "bf16 where the CPU has native bf16, else fp32, fp32-window and bf16; a bundled pair has "
+                        "only fp32)")
     p.add_argument("--context", type=int, default=200, help="tokens in the KV cache before each call (default 200)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per figure, median (default 5)")
     p.add_argument("--json", help="write the curves as JSON here")
