@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..core import cpu
 from ..core.policies import ModeSpec, parse_modes
 from ..core.trace import Comparison
 from ..errors import SpecVizError
@@ -167,15 +168,8 @@ class Selection:
 
 
 def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count()}
+    """The CPU by name and by what it can do (AMX, AVX512-BF16, AVX2: machines of one name differ)."""
+    return {"cpu": cpu.machine().describe(), "cores": os.cpu_count()}
 
 
 def _versions() -> dict[str, str]:
