@@ -20,7 +20,7 @@ from specviz.study.analysis import (
     work_split,
 )
 from specviz.study.sweep import sweep
-from specviz.ui.explain_plots import calibration_figure, pass_cost_figure, position_figure, work_figure
+from specviz.ui.explain_plots import calibration_figure, explain_figures, pass_cost_figure, position_figure, work_figure
 from specviz.ui.export import charts
 
 
@@ -177,6 +177,16 @@ def test_work_figure_plots_passes_tokens_and_time():
     assert list(by_series(fig, "draft_s").x) == pytest.approx([0.7, 0.2, 0.0])
     assert list(by_series(fig, "verify_s").x) == pytest.approx([0.2, 0.2, 0.0])
     assert list(by_series(fig, "draft_s").y) == ["dynamic t=0.4", "static k=3", "oracle"]
+
+
+def test_every_explaining_chart_draws_a_run_stopped_before_target_only_decoding():
+    """Stop pressed after the first policies: no baseline yet, and the views still draw (the work
+    chart had crashed the views handler on it, leaving the columns without their 'Stopped')."""
+    comparison = calibration_comparison()
+    comparison.baseline, comparison.partial = None, True
+    figures = explain_figures(comparison)
+    assert set(figures) == {"calibration", "positions", "work", "pass_costs"}
+    assert not figures["work"].layout.shapes  # no target-only line to draw
 
 
 def test_every_chart_is_exported_from_the_record_alone():

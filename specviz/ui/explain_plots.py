@@ -162,8 +162,9 @@ def work_figure(comparison: Comparison) -> go.Figure:
                              hovertext=[f"{label}: {name} {v:.2f} s of {s.wall_s:.2f} s"
                                         for label, s, v in zip(labels, splits, values)],
                              hoverinfo="text", meta={"series": series}), row=1, col=2)
-    fig.add_vline(x=comparison.baseline.wall_s, line={"color": BASELINE_LINE_COLOR, "dash": "dash"},
-                  annotation_text="target alone", annotation_position="top", row=1, col=2)
+    if comparison.baseline is not None:  # a run stopped before target-only decoding has none
+        fig.add_vline(x=comparison.baseline.wall_s, line={"color": BASELINE_LINE_COLOR, "dash": "dash"},
+                      annotation_text="target alone", annotation_position="top", row=1, col=2)
     _layout(fig, "Where the work went", 230 + 60 * max(3, len(splits)))
     fig.update_layout(barmode="relative", margin={"t": 80, "b": 140},
                       legend={"orientation": "h", "yanchor": "top", "y": -0.35, "xanchor": "left", "x": 0})
