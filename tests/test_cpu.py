@@ -43,6 +43,20 @@ def logits(model, ids: list[int]) -> torch.Tensor:
         return model(input_ids=torch.tensor([ids])).logits[0].float()
 
 
+def accepted_losslessly(pair) -> int:
+    """Greedy speculation on 12 random prompts with three policies, each answer checked against
+    target-only decoding's; the draft tokens accepted in all."""
+    accepted = 0
+    for seed in range(12):
+        prompt = torch.randint(0, 64, (6 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        baseline = target_only(pair, prompt, 24).token_ids
+        for policy in (Static(5), Heuristic(3), Dynamic(0.3, 12)):
+            trace = generate(pair, prompt, policy, 24)
+            assert trace.token_ids == baseline, (seed, policy.label)
+            accepted += trace.accepted
+    return accepted
+
+
 # ---- the choice, per capability ------------------------------------------------------------
 
 
@@ -151,15 +165,7 @@ def test_greedy_speculation_is_lossless_on_the_bf16_set_up_over_many_prompts():
     cpu.prepare_draft(draft, "bf16")
     pair = build_pair("tiny-bf16", target, draft, tokenizer=None, device=torch.device("cpu"))
     assert pair.vocab_size == 64
-    accepted = 0
-    for seed in range(12):
-        prompt = torch.randint(0, 64, (6 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
-        baseline = target_only(pair, prompt, 24).token_ids
-        for policy in (Static(5), Heuristic(3), Dynamic(0.3, 12)):
-            trace = generate(pair, prompt, policy, 24)
-            assert trace.token_ids == baseline, (seed, policy.label)
-            accepted += trace.accepted
-    assert accepted > 0  # the draft was right often enough for windows to be checked
+    assert accepted_losslessly(pair) > 0  # the draft was right often enough for windows to be checked
 
 
 def test_window_products_compute_what_fp32_computes_on_the_same_weights():
@@ -236,15 +242,7 @@ def test_an_int4_draft_guesses_nearly_as_the_fp32_one_and_speculation_stays_loss
                                                                      cpu.Int4Linear)
     assert (logits(draft, ids).argmax(-1) == before).float().mean() >= 0.8
     pair = build_pair("tiny-int4", target, draft, tokenizer=None, device=torch.device("cpu"))
-    accepted = 0
-    for seed in range(12):
-        prompt = torch.randint(0, 64, (6 + seed,), generator=torch.Generator().manual_seed(seed)).tolist()
-        baseline = target_only(pair, prompt, 24).token_ids
-        for policy in (Static(5), Heuristic(3), Dynamic(0.3, 12)):
-            trace = generate(pair, prompt, policy, 24)
-            assert trace.token_ids == baseline, (seed, policy.label)
-            accepted += trace.accepted
-    assert accepted > 0
+    assert accepted_losslessly(pair) > 0
 
 
 def test_int4_leaves_layers_it_does_not_fit_in_bf16():
