@@ -56,7 +56,7 @@ import gc
 import os
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -273,19 +273,20 @@ def int4_one_row_pays(model: torch.nn.Module, native_bf16: bool, repeats: int = 
     30-35 vs 70-76 ms (an AVX512-BF16 EPYC)."""
     if not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
         return False
-    fitting = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and Int4Linear.fits(m)]
-    if not fitting:
+    widest = _widest_linear(model, fits=Int4Linear.fits)
+    if widest is None:
         return False
-    widest = max(fitting, key=lambda m: m.weight.numel())
     x = torch.randn(1, widest.in_features)
     int4, bf16 = Int4Linear(widest), PackedLinear(widest, None) if native_bf16 else CastLinear(widest)
     with torch.inference_mode():
         return _median_ms(lambda: int4(x), repeats) < 0.8 * _median_ms(lambda: bf16(x), repeats)
 
 
-def _widest_linear(model: torch.nn.Module, but: torch.nn.Module | None = None) -> torch.nn.Linear | None:
-    """The model's Linear layer with the most weights (`but` left out): where a kernel's cost shows."""
-    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not but]
+def _widest_linear(model: torch.nn.Module, but: torch.nn.Module | None = None,
+                   fits: Callable[[torch.nn.Linear], bool] = lambda m: True) -> torch.nn.Linear | None:
+    """The model's Linear layer with the most weights (`but` left out, only those a kernel `fits`):
+    where a kernel's cost shows."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not but and fits(m)]
     return max(layers, key=lambda m: m.weight.numel(), default=None)
 
 
