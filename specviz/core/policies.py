@@ -311,7 +311,12 @@ class CostAware(Policy):
     drafting never pays: every exploring round also pays the draft's catch-up on the tokens it
     skipped, and on a long prompt its prefill (int8 pair 0.73-0.96x of target-only, dynamic 0.4
     0.78-0.85x, this rule 1.00x; the bf16 pair's coding rose from 1.00x to at most 1.11x, below
-    dynamic 0.4's 1.32x, while its summaries fell to 0.6-0.7x).
+    dynamic 0.4's 1.32x, while its summaries fell to 0.6-0.7x). Starting a round also when the
+    run's own drafting rounds, priced, beat plain decoding (optimistically while few, a bandit's
+    arm) fared no better: it beat dynamic 0.4 on the AVX512 EPYC's int8 coding (1.16x against
+    1.15x) only by a gamble on the draft's prompt prefill that left a long summary prompt 8% slower
+    than target-only; priced, the gamble is never taken (docs/BENCHMARKS.md, the cost-aware rule on
+    the bundled pairs).
 
     Acceptance comes from the draft's probability, calibrated on the run's own verdicts: in ten
     bins of probability, accepted / judged with a prior worth `prior_weight` tokens that the draft
