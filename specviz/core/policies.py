@@ -316,7 +316,11 @@ class CostAware(Policy):
     arm) fared no better: it beat dynamic 0.4 on the AVX512 EPYC's int8 coding (1.16x against
     1.15x) only by a gamble on the draft's prompt prefill that left a long summary prompt 8% slower
     than target-only; priced, the gamble is never taken (docs/BENCHMARKS.md, the cost-aware rule on
-    the bundled pairs).
+    the bundled pairs). Planning the whole window from the round's start was tried again with the
+    run's own acceptance for the tokens not yet drafted, and bounded by a version told each prompt's
+    acceptance in advance: even that bound breaks the 5% guard on the copy drafts, whose payoff hangs
+    on their prompt prefill and on where the rejections fall (scripts/whatif_costaware.py replays
+    every variant on the kept comparisons).
 
     Acceptance comes from the draft's probability, calibrated on the run's own verdicts: in ten
     bins of probability, accepted / judged with a prior worth `prior_weight` tokens that the draft
