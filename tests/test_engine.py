@@ -4,6 +4,7 @@ the target's distribution, and parity with transformers' assisted generation."""
 import pytest
 import torch
 
+from specviz.core import engine
 from specviz.core.engine import CachedModel, Drafter, TransformersDrafter, generate, target_only
 from specviz.core.oracle import make_oracle
 from specviz.core.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
@@ -135,6 +136,29 @@ def test_the_drafter_reads_one_token_per_call_after_the_prompt(tiny_pair):
             assert len(lengths) == trace.draft_passes
     finally:
         hook.remove()
+
+
+@pytest.mark.parametrize("rereads_two", [True, False], ids=["transformers<5.25", "transformers>=5.25"])
+def test_the_transformers_feeding_reads_what_that_transformers_reads(tiny_pair, monkeypatch, rereads_two):
+    """Each round's first draft call reads, in one call: up to transformers 5.24 the last two
+    committed tokens; from 5.25 on only what the cache lacks, the last token, or the last two
+    after a round whose drafts were all accepted (its last draft token was never read)."""
+    monkeypatch.setattr(engine, "_transformers_rereads_two", lambda: rereads_two)
+    lengths = []
+    hook = tiny_pair.draft.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        prompt = PROMPTS[3]
+        trace = generate(tiny_pair, prompt, Static(2), 40, feeding=TransformersDrafter)
+    finally:
+        hook.remove()
+    assert len(lengths) == trace.draft_passes == trace.drafted  # one call per drafted token, no catch-up
+    starts = [sum(r.draft_passes for r in trace.rounds[:i]) for i in range(len(trace.rounds))]
+    assert lengths[0] == len(prompt)
+    after_full = [r.accepted == r.lookahead for r in trace.rounds[:-1]]
+    assert True in after_full and False in after_full  # both kinds of round happened
+    expected = [2 if rereads_two or full else 1 for full in after_full]
+    assert [lengths[start] for start in starts[1:]] == expected
 
 
 def test_the_drafter_keeps_what_still_holds_and_guesses_the_same(tiny_pair):

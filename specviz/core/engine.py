@@ -19,6 +19,7 @@ replay exact; it costs one extra draft call after every round whose drafts were 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -80,9 +81,9 @@ class Drafter:
       drafted tokens (its last draft token was never read), after a round that drafted nothing
       two. Catch-up calls before the last skip the output layer: only the cache needs them.
 
-    Every call is a draft pass (`passes`). transformers re-reads the last two committed tokens
-    in one call instead (one call fewer per fully accepted round, guesses that depend on the
-    round structure): `TransformersDrafter`.
+    Every call is a draft pass (`passes`). transformers reads what its cache lacks in one call
+    instead (one call fewer per fully accepted round, guesses that depend on the round
+    structure): `TransformersDrafter`.
     """
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, device: torch.device, prompt_ids: list[int]):
@@ -126,13 +127,28 @@ class Drafter:
 
 
 class TransformersDrafter(Drafter):
-    """Feeds the draft as transformers' assisted generation does: each round re-reads the last
-    two committed tokens (the whole prompt in the first round) in one call. Its passes and
-    tokens match transformers'; its guesses depend on the round structure (see `Drafter`)."""
+    """Feeds the draft as the installed transformers' assisted generation does: the whole prompt
+    in the first round, then at each round's start one call over the last committed tokens.
+    Up to transformers 5.24 that call re-reads the last two of them; from 5.25 on it reads only
+    what the draft's cache lacks (the last one, or the last two after a round whose drafts were
+    all accepted). The passes are the same; the tokens a call reads are not, and a quantized
+    draft turns that into other guesses. Its passes and tokens match transformers'; its guesses
+    depend on the round structure (see `Drafter`)."""
 
     def start(self, sequence: list[int]) -> torch.Tensor:
-        self.keep_prefix(sequence[: max(0, len(sequence) - 2)])
+        reread = 2 if _transformers_rereads_two() else 1
+        self.keep_prefix(sequence[: max(0, len(sequence) - reread)])
         return self.read(sequence[len(self.tokens):], logits=True)
+
+
+@functools.cache
+def _transformers_rereads_two() -> bool:
+    """transformers 5.25 changed how assisted generation rolls back its assistant's cache: from
+    "keep all but the last two committed tokens" to "drop what was drafted and rejected"."""
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__).release < (5, 25)
 
 
 class Sampler:

@@ -11,9 +11,10 @@ to measure the engine's overhead against it (benchmarks). Equivalences:
 transformers re-fits the confidence threshold whenever scikit-learn is installed; that is
 SpecViz's `adaptive` policy, so it is switched off for the others.
 
-The passes match SpecViz's only with `engine.TransformersDrafter`, which feeds the draft as
-transformers does (the last two committed tokens in one call per round); SpecViz's default
-feeding spends one more draft call per fully accepted round (engine.Drafter).
+The passes match SpecViz's only with `engine.TransformersDrafter`, which feeds the draft as the
+installed transformers does (the last committed tokens in one call per round: the last two up to
+5.24, what the cache lacks from 5.25); SpecViz's default feeding spends one more draft call per
+fully accepted round (engine.Drafter).
 """
 
 from __future__ import annotations
