@@ -128,7 +128,7 @@ def verdict(out: Path, claim: str) -> list[str]:
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray of two CPUs for the module; the study's driver finds it started and leaves it running."""
-    ray = pytest.importorskip("ray", reason="Ray comes with requirements-test.txt (the study's --ray)")
+    ray = pytest.importorskip("ray", reason="Ray comes with requirements.lock (the study's --ray)")
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)] + ([before] if before else []))
     try:

@@ -14,6 +14,7 @@ import itertools
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -607,6 +608,66 @@ def prefill_coverage_line(records: Sequence[PromptResult]) -> str:
             f"before it was timed price it pooled with the other passes; re-running them with `--force` times it.")
 
 
+Verdicts = dict[str, bool | None]  # claim key (CLAIMS) -> holds; None: not checked
+
+# The claims, in the order the verdict tables list them.
+CLAIMS = [("headline", ("A fixed lookahead wastes work: the oracle needs fewer target and draft passes than "
+                        "static k=5 (coding)")),
+          ("jumps", "The oracle's lookahead jumps around from round to round"),
+          ("dynamic", "The dynamic rule (threshold 0.4) beats the heuristic schedule"),
+          ("costaware", ("The cost-aware rule beats dynamic 0.4 and the heuristic and keeps up with the best "
+                         "threshold in hindsight"))]
+
+
+def preset_figures(preset: str, done: Sequence[PromptResult], suites: Sequence[str]) -> list[SuiteFigures]:
+    """Each suite's figures for one preset, in the order `suites` gives (suites it did not run left out)."""
+    return [suite_figures(preset, suite, [r for r in done if r.preset == preset and r.suite == suite])
+            for suite in suites if any(r.preset == preset and r.suite == suite for r in done)]
+
+
+def preset_sections(preset: str, done: Sequence[PromptResult], suites: Sequence[str],
+                    saved: Mapping[tuple[str, str, str, int], SavedRun] | None,
+                    intro: Sequence[str] = ()) -> tuple[list[str], Verdicts]:
+    """One preset's part of a report (sections 1-5 under its own heading) and its verdicts."""
+    figures = preset_figures(preset, done, suites)
+    coding = next((f for f in figures if f.suite == HEADLINE_SUITE), None)
+    headline, h = headline_section(coding)
+    jumps, j = jumps_section(figures)
+    dynamic, d = dynamic_section(figures, measured=decided_by_measured_time(preset))
+    cost_aware, c = cost_aware_section(figures, saved or {}, measured=decided_by_measured_time(preset))
+    lossless = sum(m.lossless is True for f in figures for r in f.results for m in r.modes)
+    modes_run = sum(len(r.modes) for f in figures for r in f.results)
+    suites_run = ", ".join(f"{f.suite} ({_n(len(f.results), 'prompt')})" for f in figures)
+    body = [f"## {preset}", "", *intro,
+            (f"Suites: {suites_run}. Lossless check: "
+             f"{lossless} of {modes_run} policy runs produced exactly target-only decoding's tokens."), "",
+            exactness_sentence([r for f in figures for r in f.results]), ""]
+    body += headline + jumps + dynamic + why_section(figures) + cost_aware
+    return body, {"headline": h, "jumps": j, "dynamic": d, "costaware": c}
+
+
+def verdict_cell(key: str, holds: bool | None) -> str:
+    if holds is None:
+        return "not checked"
+    if key == "costaware":
+        return f"**{'holds' if holds else 'does not hold'}**"
+    return verdict(holds)
+
+
+def verdict_table(columns: Sequence[str], verdicts: Mapping[str, Verdicts],
+                  about: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
+    """A claim a row, a column a preset; `about`: rows put first that say what each column ran
+    (their first cell, then one per column)."""
+    lines = ["| claim | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in about]
+    for key, text in CLAIMS:
+        if key == "costaware" and all(verdicts[p][key] is None for p in columns):
+            continue  # no run had the rule
+        lines.append(f"| {text} | " + " | ".join(verdict_cell(key, verdicts[p][key]) for p in columns) + " |")
+    return lines
+
+
+
 def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[str, Any]],
                     results_link: str, report_command: str | None = None,
                     saved: Mapping[tuple[str, str, str, int], SavedRun] | None = None) -> str:
@@ -645,42 +706,12 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
     if not done:
         return "\n".join(lines + ["No finished prompts yet.", ""])
 
-    per_preset: dict[str, list[SuiteFigures]] = {}
-    verdicts: dict[str, dict[str, bool | None]] = {}
+    verdicts: dict[str, Verdicts] = {}
     bodies: list[str] = []
     for preset in presets:
-        figures = [suite_figures(preset, suite, [r for r in done if r.preset == preset and r.suite == suite])
-                   for suite in suites_seen if any(r.preset == preset and r.suite == suite for r in done)]
-        per_preset[preset] = figures
-        coding = next((f for f in figures if f.suite == HEADLINE_SUITE), None)
-        headline, h = headline_section(coding)
-        jumps, j = jumps_section(figures)
-        dynamic, d = dynamic_section(figures, measured=decided_by_measured_time(preset))
-        cost_aware, c = cost_aware_section(figures, saved or {}, measured=decided_by_measured_time(preset))
-        verdicts[preset] = {"headline": h, "jumps": j, "dynamic": d, "costaware": c}
-        lossless = sum(m.lossless is True for f in figures for r in f.results for m in r.modes)
-        modes_run = sum(len(r.modes) for f in figures for r in f.results)
-        suites_run = ", ".join(f"{f.suite} ({_n(len(f.results), 'prompt')})" for f in figures)
-        bodies += [f"## {preset}", "",
-                   (f"Suites: {suites_run}. Lossless check: "
-                    f"{lossless} of {modes_run} policy runs produced exactly target-only decoding's tokens."), "",
-                   exactness_sentence([r for f in figures for r in f.results]), ""]
-        bodies += headline + jumps + dynamic + why_section(figures) + cost_aware
-
-    claims = [("headline", ("A fixed lookahead wastes work: the oracle needs fewer target and draft passes than "
-                           "static k=5 (coding)")),
-              ("jumps", "The oracle's lookahead jumps around from round to round"),
-              ("dynamic", "The dynamic rule (threshold 0.4) beats the heuristic schedule"),
-              ("costaware", ("The cost-aware rule beats dynamic 0.4 and the heuristic and keeps up with the best "
-                             "threshold in hindsight"))]
-    lines += ["## Verdicts", "", "| claim | " + " | ".join(presets) + " |", "|---" * (len(presets) + 1) + "|"]
-    for key, text in claims:
-        if key == "costaware" and all(verdicts[p][key] is None for p in presets):
-            continue  # no run had the rule
-        cells = [("not checked" if verdicts[p][key] is None else
-                  (f"**{'holds' if verdicts[p][key] else 'does not hold'}**" if key == "costaware" else
-                   verdict(bool(verdicts[p][key])))) for p in presets]
-        lines.append(f"| {text} | " + " | ".join(cells) + " |")
+        body, verdicts[preset] = preset_sections(preset, [r for r in done if r.preset == preset], suites_seen, saved)
+        bodies += body
+    lines += ["## Verdicts", ""] + verdict_table(presets, verdicts)
     lines += ["", "## The rules", "", RULES, ""]
     return "\n".join(lines + bodies) + "\n"
 
@@ -713,3 +744,168 @@ def write_csv(path: Path, records: Sequence[PromptResult]) -> None:
                                  f"{m.wall_s:.4f}", f"{m.draft_s:.4f}", f"{m.verify_s:.4f}",
                                  f"{r.target_only_wall_s / m.wall_s:.4f}" if m.wall_s else "",
                                  f"{base / modeled:.4f}" if modeled else "", m.lossless, r.partial])
+
+
+# ---- the page of record --------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One preset's records in one result folder: a run of the study, as the page of record sees it."""
+
+    name: str  # the folder as the repository names it (docs/study-xeon)
+    folder: str  # the folder, relative to the page
+    report: str | None  # the folder's own report, relative to the page, where it has one
+    preset: str
+    records: list[PromptResult]  # finished ones
+    partial: int  # records cut short by the time budget
+    invocations: list[dict[str, Any]]  # those of meta.json that wrote these records
+
+    @property
+    def newest(self) -> str:
+        return max((r.finished for r in self.records), default="")
+
+    @property
+    def suites(self) -> list[str]:
+        return list(dict.fromkeys(r.suite for r in self.records))
+
+    @property
+    def link(self) -> str:
+        return f"[{self.name}]({self.report or self.folder + '/results.jsonl'})"
+
+    def dates(self) -> str:
+        first, last = min(r.finished for r in self.records)[:10], self.newest[:10]
+        return first if first == last else f"{first} to {last}"
+
+    def machine(self) -> str:
+        seen = dict.fromkeys(f"{inv.get('cpu', '?')}, {inv.get('cores', '?')} cores, "
+                             f"{inv.get('torch_threads', '?')} torch threads" for inv in self.invocations)
+        return "; ".join(seen) or "not recorded"
+
+    def setup(self) -> str:
+        seen = dict.fromkeys((inv.get("setups") or {}).get(self.preset) for inv in self.invocations)
+        return "; ".join(s or "not recorded" for s in seen) or "not recorded"
+
+    def prompts(self) -> str:
+        budgets = ", ".join(sorted({str(r.max_new_tokens) for r in self.records}))
+        per_suite = ", ".join(f"{s} {sum(r.suite == s for r in self.records)}" for s in self.suites)
+        return f"{len(self.records)} ({per_suite}), at most {budgets} new tokens"
+
+    def policies(self) -> str:
+        return ", ".join(dict.fromkeys(m.label for r in self.records for m in r.modes))
+
+
+def _moment(iso: str) -> datetime:
+    return datetime.fromisoformat(iso)
+
+
+def invocations_of(records: Sequence[PromptResult], invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The invocations that wrote any of these records, by time: a record finished between an
+    invocation's start and its end (an interrupted one's: the next one's start). Matched by time
+    because the commands of older runs do not name every preset they ran (the default pairs)."""
+    ordered = sorted(invocations, key=lambda inv: _moment(inv["started"]))
+    windows = []
+    for i, inv in enumerate(ordered):
+        end = inv.get("finished") or (ordered[i + 1]["started"] if i + 1 < len(ordered) else None)
+        windows.append((inv, _moment(inv["started"]), _moment(end) if end else None))
+    return [inv for inv, start, end in windows
+            if any(start <= _moment(r.finished) and (end is None or _moment(r.finished) <= end) for r in records)]
+
+
+def runs_in_folder(name: str, folder: str, report: str | None, records: Sequence[PromptResult],
+                   invocations: Sequence[dict[str, Any]]) -> list[Run]:
+    """A folder's records as one run per preset (`Run` says what the arguments are)."""
+    runs = []
+    for preset in dict.fromkeys(r.preset for r in records):
+        mine = [r for r in records if r.preset == preset]
+        done = [r for r in mine if not r.partial]
+        if done:
+            runs.append(Run(name, folder, report, preset, done, len(mine) - len(done),
+                            invocations_of(mine, invocations)))
+    return runs
+
+
+def why_not_current(run: Run, runs: Sequence[Run]) -> str | None:
+    """Why a run cannot be the current one for its preset (None: it can): a complete run has no
+    record cut short and every suite its preset was run on in any folder."""
+    suites = dict.fromkeys(s for other in runs if other.preset == run.preset for s in other.suites)
+    missing = [s for s in suites if s not in run.suites]
+    if missing:
+        return f"incomplete: no {', '.join(missing)}"
+    if run.partial:
+        return f"incomplete: {_n(run.partial, 'partial record')}"
+    return None
+
+
+def current_runs(runs: Sequence[Run]) -> dict[str, Run]:
+    """Per preset, the latest complete run: the newest last record among the complete runs, the
+    one with more policies where two end at the same moment. A preset without a complete run
+    gets its newest run all the same (the page says it is incomplete)."""
+    current = {}
+    for preset in dict.fromkeys(r.preset for r in runs):
+        mine = [r for r in runs if r.preset == preset]
+        complete = [r for r in mine if why_not_current(r, runs) is None] or mine
+        current[preset] = max(complete, key=lambda r: (r.newest, len(r.policies().split(", "))))
+    return current
+
+
+def speedup_table(run: Run) -> list[str]:
+    """Each suite's measured speedup per policy over target-only decoding (summed over the suite),
+    modeled in parentheses: the figures a summary quotes."""
+    figures = preset_figures(run.preset, run.records, run.suites)
+    policies = list(dict.fromkeys(p for f in figures for p in f.totals))
+    labels = {p: next(t.label for f in figures if (t := f.totals.get(p)) is not None) for p in policies}
+    lines = [(f"**{run.preset}**, {run.link}: {run.machine()}; {run.setup()}. Measured speedup over target-only "
+              f"decoding, each suite's wall times summed (modeled in parentheses; section 3 of the pair below)."), "",
+             "| suite | " + " | ".join(labels[p] for p in policies) + " |", "|---" * (len(policies) + 1) + "|"]
+    for f in figures:
+        cells = [f"{_x(f.measured_speedup(p))} ({_x(f.modeled_speedup(p))})" if p in f.totals else "not run"
+                 for p in policies]
+        lines.append(f"| {f.suite} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def page_of_record(runs: Sequence[Run], current: Mapping[str, Run],
+                   saved: Mapping[tuple[str, str, str, int], SavedRun], report_command: str) -> str:
+    """docs/STUDY.md: per preset, the verdicts of its current run (`current_runs`) with the machine
+    and set-up it ran on, its figures, and the earlier runs linked. Made by `report_command`."""
+    presets = list(current)
+    lines = ["# The study's claims, checked on SpecViz's pairs: the page of record", "",
+             (f"Each claim of the Hugging Face / Intel Labs study of dynamic speculation lookahead (DESIGN.md), "
+              f"checked on SpecViz's pairs. This page is made from the kept records by `{report_command}`, without "
+              f"any model; it is never edited by hand. For each pair it shows the latest complete run among those "
+              f"folders: of the runs with no record cut short and every suite the pair was run on, the one whose "
+              f"last record is the newest. The other runs are listed under [Earlier runs](#earlier-runs); each "
+              f"folder's own `STUDY.md` is its full report, with the commands that made it. The verdicts follow the "
+              f"rules below, from the recorded numbers."), "",
+             "## Verdicts", ""]
+    verdicts: dict[str, Verdicts] = {}
+    bodies: list[str] = []
+    for preset in presets:
+        run = current[preset]
+        intro = [(f"Current run: {run.link}, {run.dates()}; machine: {run.machine()}; set-up: {run.setup()}; "
+                  f"policies: {run.policies()}."), ""]
+        suites = list(dict.fromkeys(r.suite for r in run.records))
+        body, verdicts[preset] = preset_sections(preset, run.records, suites, saved, intro)
+        bodies += body
+    about = [("run", [f"{current[p].link}, {current[p].dates()}" for p in presets]),
+             ("machine", [current[p].machine() for p in presets]),
+             ("set-up", [current[p].setup() for p in presets]),
+             ("prompts", [current[p].prompts() for p in presets]),
+             ("policies", [current[p].policies() for p in presets])]
+    incomplete = [f"{p} ({why})" for p in presets if (why := why_not_current(current[p], runs))]
+    lines += verdict_table(presets, verdicts, about) + [""]
+    if incomplete:
+        lines += [f"No complete run yet for {', '.join(incomplete)}: its newest run is shown.", ""]
+    lines += ["## Speedups", ""]
+    for preset in presets:
+        lines += speedup_table(current[preset])
+    lines += ["## Earlier runs", ""]
+    for preset in presets:
+        for run in sorted((r for r in runs if r.preset == preset and r is not current[preset]),
+                          key=lambda r: r.newest, reverse=True):
+            why = why_not_current(run, runs)
+            lines.append(f"- {preset}: {run.link}, {run.dates()} ({why or 'superseded by a newer run'}); "
+                         f"{run.machine()}; set-up: {run.setup()}; {run.prompts()}; policies: {run.policies()}")
+    lines += ["", "## The rules", "", RULES, ""]
+    return "\n".join(lines + bodies) + "\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import itertools
 import json
 import os
 import platform
@@ -34,10 +35,19 @@ from ..core.trace import Comparison
 from ..errors import SpecVizError
 from .hindsight import SavedRun
 from .records import ModeResult, PromptResult, RoundRecord
-from .report import STUDY_MODES, duration, report_markdown, write_csv
+from .report import (
+    STUDY_MODES,
+    current_runs,
+    duration,
+    page_of_record,
+    report_markdown,
+    runs_in_folder,
+    write_csv,
+)
 
 STUDY_PRESETS = ("smollm2-135m-int8", "smollm2-135m-bf16")
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "prompts"
+REPO = Path(__file__).resolve().parents[2]  # the checkout: recorded commands name paths relative to it
+PROMPTS_DIR = REPO / "assets" / "prompts"
 DEFAULT_SUITES = tuple(str(PROMPTS_DIR / f"{name}.jsonl") for name in ("coding", "summarization", "questions"))
 
 
@@ -217,8 +227,73 @@ def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def _command_line(argv: Sequence[str] | None) -> str:
-    return "python -m specviz " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+# ---- commands as anyone could type them -----------------------------------------------------
+
+PATH_OPTIONS = frozenset({"--out", "--report", "--suites"})  # the options whose values are paths
+ELSEWHERE = "ELSEWHERE"  # stands for a folder outside the repository and OUT: a machine's own scratch place
+
+
+def portable_path(path: Path, root: Path, out: Path | None) -> str:
+    """An absolute path as a reader of the report can use it: relative to the repository `root`
+    where it is inside it, OUT/... where it is inside the study's folder `out` (the report's own
+    folder, wherever it is), else ELSEWHERE/<its name>."""
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    if out is not None and path.is_relative_to(out):
+        rest = path.relative_to(out).as_posix()
+        return "OUT" if rest == "." else f"OUT/{rest}"
+    return f"{ELSEWHERE}/{path.name}"
+
+
+def _rewrite_args(argv: Sequence[str], rewrite: Callable[[str], str]) -> list[str]:
+    """`argv` with `rewrite` applied to the values of PATH_OPTIONS and to any other absolute path."""
+    words, in_path = [], False
+    for word in argv:
+        option, eq, value = word.partition("=")
+        if word.startswith("--"):
+            in_path = option in PATH_OPTIONS and not eq
+            words.append(f"{option}={rewrite(value)}" if eq and option in PATH_OPTIONS else word)
+        elif in_path or word.startswith("/"):
+            words.append(rewrite(word))
+        else:
+            words.append(word)
+    return words
+
+
+def _command_line(argv: Sequence[str] | None, out: Path) -> str:
+    """The command as typed, its paths relative to the repository (or OUT): a report names no
+    machine's own folders, and its commands run in any checkout."""
+    cwd, out = Path.cwd(), Path(os.path.abspath(out))
+
+    def rewrite(value: str) -> str:
+        return portable_path(Path(os.path.abspath(cwd / value)), REPO, out)
+
+    words = _rewrite_args(argv if argv is not None else sys.argv[1:], rewrite)
+    return "python -m specviz " + " ".join(shlex.quote(w) for w in words)
+
+
+def recorded_command(command: str, out: Path) -> str:
+    """A command recorded in meta.json, its absolute paths (recorded as typed before commands were
+    made portable) rewritten as `_command_line` writes them now. The machine's repository is found
+    from the recorded OUT: it held this folder at the same place in the repository as here."""
+    words = shlex.split(command)
+    out = Path(os.path.abspath(out))
+    here = out.relative_to(REPO).parts if out.is_relative_to(REPO) else None
+    outs = [w for opt, w in itertools.pairwise(words) if opt == "--out"] + [
+        w.partition("=")[2] for w in words if w.startswith("--out=")]
+    recorded = next((Path(w) for w in outs if w.startswith("/")), None)
+    root = REPO
+    if recorded is not None and here and recorded.parts[-len(here):] == here:
+        root = Path(*recorded.parts[:-len(here)])
+    # a relative path was typed in that machine's repository, as here: kept as typed
+    rewritten = _rewrite_args(words, lambda w: portable_path(Path(w), root, recorded or out) if w.startswith("/")
+                              else w)
+    return " ".join(shlex.quote(w) for w in rewritten)
+
+
+def _portable_invocations(meta: Meta, out: Path) -> list[dict[str, Any]]:
+    return [{**inv, "command": recorded_command(inv["command"], out)} if "command" in inv else inv
+            for inv in meta.invocations]
 
 
 def write_report(out: Path, report: Path, store: ResultStore, selection: Selection, meta: Meta,
@@ -228,12 +303,44 @@ def write_report(out: Path, report: Path, store: ResultStore, selection: Selecti
     link = os.path.relpath(store.path, report.parent)
     report.parent.mkdir(parents=True, exist_ok=True)
     saved = saved_runs(out, records)
-    report.write_text(report_markdown(records, meta.invocations, link, report_command, saved), encoding="utf-8")
+    report.write_text(report_markdown(records, _portable_invocations(meta, out), link, report_command, saved),
+                      encoding="utf-8")
+    return report
+
+
+def page_of_record_text(outs: Sequence[Path], report: Path, selection: Selection, report_command: str) -> str:
+    """The page of record (docs/STUDY.md) from several result folders, to be written at `report`:
+    per preset, the latest complete run's verdicts, the others linked (report.page_of_record)."""
+    runs = []
+    for out in outs:
+        records = [r for r in ResultStore(out / "results.jsonl").records.values() if selection.covers(r)]
+        own = out / "STUDY.md"
+        runs += runs_in_folder(portable_path(Path(os.path.abspath(out)), REPO, None),
+                               os.path.relpath(out, report.parent),
+                               os.path.relpath(own, report.parent) if own.is_file() and own != report else None,
+                               records, _portable_invocations(Meta(out / "meta.json"), out))
+    current = current_runs(runs)
+    folder_of = {os.path.relpath(out, report.parent): out for out in outs}
+    saved: dict[tuple[str, str, str, int], SavedRun] = {}
+    for run in current.values():  # only the current runs are replayed (section 5)
+        saved.update(saved_runs(folder_of[run.folder], run.records))
+    return page_of_record(runs, current, saved, report_command)
+
+
+def write_page_of_record(outs: Sequence[Path], report: Path, selection: Selection, report_command: str) -> Path:
+    """`page_of_record_text` written at `report`; nothing else is written (results.csv stay as they are)."""
+    text = page_of_record_text(outs, report, selection, report_command)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(text, encoding="utf-8")
     return report
 
 
 def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) -> int:
-    out = Path(args.out)
+    outs = [Path(o) for o in ([args.out] if isinstance(args.out, str) else args.out)]
+    out = outs[0]
+    if len(outs) > 1 and not (args.report_only and args.report):
+        raise SpecVizError("Several --out folders make the page of record: give --report-only and --report "
+                           "(e.g. --report docs/STUDY.md).")
     report = Path(args.report) if args.report else out / "STUDY.md"
     if args.limit is not None and args.limit < 1:
         raise SpecVizError("--limit must be at least 1.")
@@ -253,11 +360,16 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     suite_names = tuple(dict.fromkeys(items[0].suite for items in suite_items if items)) or None
 
     if args.report_only:
-        if not (out / "results.jsonl").is_file():
-            raise SpecVizError(f"No results in {out}: run `python -m specviz study --out {out}` first.")
-        store = ResultStore(out / "results.jsonl")
+        for folder in outs:
+            if not (folder / "results.jsonl").is_file():
+                raise SpecVizError(f"No results in {folder}: run `python -m specviz study --out {folder}` first.")
         selection = Selection(_parse_presets(args.preset), suite_names, args.max_new_tokens, args.limit)
-        command = _command_line(getattr(args, "argv", None))
+        command = _command_line(getattr(args, "argv", None), out)
+        if len(outs) > 1:
+            path = write_page_of_record(outs, report, selection, command)
+            say(f"wrote {path}")
+            return 0
+        store = ResultStore(out / "results.jsonl")
         path = write_report(out, report, store, selection, Meta(out / "meta.json"), command)
         say(f"wrote {path} and {out / 'results.csv'}")
         return 0
@@ -279,7 +391,7 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
 
     meta = Meta(out / "meta.json")
     started = time.perf_counter()
-    invocation: dict[str, Any] = {"command": _command_line(getattr(args, "argv", None)),
+    invocation: dict[str, Any] = {"command": _command_line(getattr(args, "argv", None), out),
                                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                   "finished": None, "wall_s": 0.0, "prompts_run": 0,
                                   "prompts_skipped": len(jobs) - len(todo), **machine()}
@@ -371,8 +483,10 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
     s.add_argument("--suites", nargs="+", default=None, metavar="SUITE",
                    help="JSON Lines prompt suites (default: coding, summarization and questions in assets/prompts)")
     s.add_argument("--max-new-tokens", type=int, default=None, help="at most this many new tokens (default 128)")
-    s.add_argument("--out", default="study-out", help="folder for results.jsonl, results.csv, meta.json "
-                   "(default study-out)")
+    s.add_argument("--out", nargs="+", default=["study-out"], metavar="OUT",
+                   help="folder for results.jsonl, results.csv, meta.json (default study-out); with --report-only "
+                        "and --report, several folders make the page of record: per pair, the latest complete "
+                        "run's verdicts, the others linked")
     s.add_argument("--report", default=None, help="where to write the report (default OUT/STUDY.md)")
     s.add_argument("--limit", type=int, default=None, help="first N prompts of each suite (for tests)")
     s.add_argument("--modes", default=None,
