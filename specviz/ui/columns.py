@@ -218,7 +218,8 @@ def done_message(comparison: Comparison) -> str:
     if base is None:
         return f"Done: {len(traces)} policies; target-only decoding did not run, so nothing was checked."
     text = (f"Done: {len(traces)} policies, {comparison.max_new_tokens} max new tokens, "
-            f"target-only baseline {base.target_passes} passes in {base.wall_s:.1f} s")
+            f"target-only baseline {base.target_passes} passes in {base.wall_s:.1f} s"
+            + (f" ({len(base.token_ids) / base.wall_s:.1f} tokens/s)" if base.wall_s > 0 else ""))
     reference = comparison.oracle_reference
     if reference and comparison.trace(reference).lossless is False:
         check += (f"; the oracle was computed along {reference}'s answer, which is not the target's greedy "

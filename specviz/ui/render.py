@@ -285,6 +285,7 @@ def metrics_html(trace: Trace, comparison: Comparison) -> str:
         rate_value,
         _metric("mean accepted length", "mean_accepted_length", f"{trace.mean_accepted_length:.2f}"),
         _metric("wall time", "wall_s", f"{trace.wall_s:.2f}", " s"),
+        _metric("tokens per second", "tokens_per_s", f"{trace.tokens_per_s:.1f}"),
         _speedup_html(comparison.speedup(trace)),
         f'<div class="metric"><span class="metric-label">lossless:</span> {_lossless_html(trace)}</div>',
     ]

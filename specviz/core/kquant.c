@@ -1,0 +1,132 @@
+/* The target's products at its GGUF's own precision: K-quant weights (4-bit Q4_K, 6-bit Q6_K codes)
+ * times activations quantized to int8 per row, on AVX512-VNNI.
+ *
+ * Why this shape (specviz/core/kquant.py says more):
+ * - A one-token pass reads every weight once, so its price is the weights' bytes: 4-bit codes are
+ *   a quarter of bf16's.
+ * - A verification window must cost about what one row does, so each tile of weights is unpacked
+ *   once and multiplied with every row of the call while it sits in registers; the integer dot
+ *   product (vpdpbusd, 64 multiply-adds an instruction) keeps the extra rows cheap.
+ * - A row's result must be the same bits whatever the number of rows in the call, so every row
+ *   runs the very same sequence of operations: its own int8 quantization, exact integer dots, and
+ *   float sums in a fixed order. Threads split the output channels, never a sum.
+ *
+ * Layout (made by kquant.py): output channels in tiles of 16; per tile and group of G inputs
+ * (G = 32 for Q4_K, 16 for Q6_K), G/4 "steps" of 64 bytes, byte 4*j + t of step s holding the code of
+ * channel j at input 4*s + t of the group (what vpdpbusd multiplies with 4 broadcast activations).
+ * 4-bit codes store step s in the low nibbles and step s + G/8 in the high nibbles of one 64-byte
+ * vector. Per tile and group: sc[16], mn[16] (int8); per tile and block of inputs (256 in a GGUF's
+ * K-quants, 128 where SpecViz quantizes a draft itself): d[16], dmin[16] (float). The weight of channel j at input i of group g is d*sc*code - dmin*mn, exactly the GGUF's
+ * dequantized value.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TILE 16
+#define PREFETCH 8 /* groups ahead whose codes a tile asks for while it works on the current one */
+#define ROWS 32 /* rows whose accumulators a tile keeps at once; more rows go in blocks of this many */
+
+/* x: M rows of K floats -> xq (int8, M x K), scale (M x K/block: x ~= scale * xq within each block),
+ * bsum (M x K/G: the sum of xq over each group, as a float). Each row on its own. */
+void kq_quantize(const float *x, int M, int K, int G, int block, int8_t *xq, float *scale, float *bsum) {
+    const int blocks = K / block, groups = K / G;
+    for (int r = 0; r < M; r++) {
+        const float *xr = x + (size_t)r * K;
+        int8_t *qr = xq + (size_t)r * K;
+        for (int b = 0; b < blocks; b++) {
+            float amax = 0.0f;
+            for (int i = 0; i < block; i++) amax = fmaxf(amax, fabsf(xr[b * block + i]));
+            const float a = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            scale[(size_t)r * blocks + b] = a;
+            for (int i = 0; i < block; i++) qr[b * block + i] = (int8_t)nearbyintf(xr[b * block + i] * inv);
+        }
+        for (int g = 0; g < groups; g++) {
+            int s = 0;
+            for (int i = 0; i < G; i++) s += qr[g * G + i];
+            bsum[(size_t)r * groups + g] = (float)s;
+        }
+    }
+}
+
+static inline __m512 lanes_of(const int8_t *v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
+}
+
+/* One tile of 16 output channels for rows r0.. r0+rows-1: the loop the kernel runs. Inlined with
+ * constant `steps` and `four_bit`, so that the compiler unrolls the steps and drops the branches. */
+static inline __attribute__((always_inline)) void tile_rows(
+    const int steps, const int four_bit, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
+    const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
+    const float *bias, float *out, int N) {
+    const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
+    const size_t group_bytes = (size_t)steps * (four_bit ? 32 : 64);
+    const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512 acc[ROWS], block_acc[ROWS];
+    for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        const size_t at = ((size_t)tile * blocks + b) * TILE;
+        const __m512 dv = _mm512_loadu_ps(d + at), dminv = _mm512_loadu_ps(dmin + at);
+        for (int r = 0; r < rows; r++) block_acc[r] = _mm512_setzero_ps();
+        for (int gb = 0; gb < per_block; gb++) {
+            const int g = b * per_block + gb;
+            const size_t tg = ((size_t)tile * groups + g) * TILE;
+            const __m512 sv = _mm512_mul_ps(lanes_of(sc + tg), dv);
+            const __m512 mv = _mm512_mul_ps(lanes_of(mn + tg), dminv);
+            const uint8_t *gc = tile_codes + (size_t)g * group_bytes;
+            /* ask for the codes a few groups ahead (the next tile's too, which follow in memory):
+             * the rows' arithmetic then overlaps with the weights' arrival instead of waiting for it */
+            for (size_t line = 0; line < group_bytes; line += 64)
+                _mm_prefetch((const char *)(gc + PREFETCH * group_bytes + line), _MM_HINT_T0);
+            __m512i w[8];
+            if (four_bit) {
+                for (int p = 0; p < steps / 2; p++) {
+                    const __m512i v = _mm512_loadu_si512((const void *)(gc + 64 * p));
+                    w[p] = _mm512_and_si512(v, low);
+                    w[p + steps / 2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                }
+            } else {
+                for (int s = 0; s < steps; s++) w[s] = _mm512_loadu_si512((const void *)(gc + 64 * s));
+            }
+            for (int r = 0; r < rows; r++) {
+                const int32_t *xg = (const int32_t *)(xq + (size_t)(r0 + r) * K + (size_t)g * G);
+                /* two chains of integer sums, added at the end: exact, and half as long */
+                __m512i even = _mm512_setzero_si512(), odd = _mm512_setzero_si512();
+                for (int s = 0; s < steps; s += 2) {
+                    even = _mm512_dpbusd_epi32(even, w[s], _mm512_set1_epi32(xg[s]));
+                    odd = _mm512_dpbusd_epi32(odd, w[s + 1], _mm512_set1_epi32(xg[s + 1]));
+                }
+                const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
+                block_acc[r] = _mm512_fmadd_ps(dot, sv, block_acc[r]);
+                block_acc[r] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(bsum[(size_t)(r0 + r) * groups + g]), block_acc[r]);
+            }
+        }
+        for (int r = 0; r < rows; r++)
+            acc[r] = _mm512_fmadd_ps(block_acc[r], _mm512_set1_ps(scale[(size_t)(r0 + r) * blocks + b]), acc[r]);
+    }
+    for (int r = 0; r < rows; r++) {
+        __m512 y = acc[r];
+        if (bias) y = _mm512_add_ps(y, _mm512_loadu_ps(bias + (size_t)tile * TILE));
+        _mm512_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE, y);
+    }
+}
+
+/* out (M x N floats) = rows @ weights.T (+ bias), the rows given as kq_quantize left them.
+ * G = 32 with 4-bit codes (Q4_K) or G = 16 with 8-bit codes (Q6_K). */
+void kq_matmul(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc, const int8_t *mn,
+               const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
+               const float *bias, float *out, int threads) {
+    const int tiles = N / TILE, four_bit = bits == 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int tile = 0; tile < tiles; tile++) {
+        for (int r0 = 0; r0 < M; r0 += ROWS) {
+            const int rows = M - r0 < ROWS ? M - r0 : ROWS;
+            if (four_bit && G == 32)
+                tile_rows(8, 1, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
+            else
+                tile_rows(4, 0, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
+        }
+    }
+}

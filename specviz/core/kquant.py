@@ -1,0 +1,339 @@
+"""The target at its GGUF's own precision: Linear layers that keep the file's K-quant codes (Q4_K in
+4 bits, Q6_K in 6) and multiply them on the CPU with a kernel of SpecViz's own (kquant.c).
+
+Why a kernel of its own: torch's weight-only int4 and int8 kernels read a quarter or half of bf16's
+bytes and so are fast for one row, but their cost grows with the rows (8 rows cost what bf16 does,
+16 twice that; ../shared/KERNELS.md), and a verification window is 8-20 rows. The kernel here
+unpacks each tile of 16 output channels x one group of inputs once and multiplies it with every row
+of the call with the CPU's integer dot product (AVX512-VNNI), the way llama.cpp multiplies K-quants,
+but with all the rows sharing the unpacked tile. Activations are quantized to int8 per row and per
+block of 256 inputs (llama.cpp's Q8_K scheme), so a row's result depends on that row alone and is
+the same bits in a one-token pass and in a window: greedy speculative decoding stays lossless by
+construction, which `cpu.rows_exact` checks at load.
+
+The weights are exactly the GGUF's: code, per-group integer scale and minimum, per-256 float
+scales, d*sc*code - dmin*mn. Only the activations are rounded (to 8 bits per value, as llama.cpp
+does), so this target's greedy answer can differ from the fp32 copy's in places.
+
+The kernel is compiled once per machine with the system's C compiler into the model cache
+(`build`); a CPU without AVX512-VNNI, or a machine without a compiler, keeps the other set-ups.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SOURCE = Path(__file__).with_name("kquant.c")
+FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma")
+NEEDS = ("avx512f", "avx512bw", "avx512_vnni")  # /proc/cpuinfo's names
+TILE, SUPER = 16, 256  # output channels per tile; inputs per block of a GGUF's K-quants
+# Q4_K, Q6_K: a GGUF's own; Q4: SpecViz's quantization of a model it only has in float (a draft),
+# Q4_K's form in blocks of 128 inputs, which the real pair's draft's widths (896, 4864) divide.
+Q4_K, Q6_K, Q4 = "Q4_K", "Q6_K", "Q4"
+GROUP = {Q4_K: 32, Q6_K: 16, Q4: 32}  # inputs per integer scale
+BLOCK = {Q4_K: SUPER, Q6_K: SUPER, Q4: 128}  # inputs per float scale (and per activation scale)
+BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}  # bytes of one block of 256 weights in the GGUF
+
+
+@dataclass
+class Packed:
+    """One Linear layer's weights as the kernel reads them (layout in kquant.c)."""
+
+    kind: str  # Q4_K or Q6_K: what the GGUF stored; Q4: quantized by SpecViz (`quantize`)
+    out_features: int
+    in_features: int
+    codes: torch.Tensor  # uint8: 4-bit codes two to a byte (Q4_K), 6-bit codes one to a byte (Q6_K)
+    sc: torch.Tensor  # int8 (tiles, groups, 16)
+    mn: torch.Tensor  # int8 (tiles, groups, 16)
+    d: torch.Tensor  # float32 (tiles, blocks, 16)
+    dmin: torch.Tensor  # float32 (tiles, blocks, 16)
+
+    @property
+    def group(self) -> int:
+        return GROUP[self.kind]
+
+    @property
+    def block(self) -> int:
+        return BLOCK[self.kind]
+
+    @property
+    def bits(self) -> int:
+        return 8 if self.kind == Q6_K else 4
+
+    def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
+        return {f"{prefix}.{name}": getattr(self, name) for name in ("codes", "sc", "mn", "d", "dmin")}
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], prefix: str, kind: str) -> Packed:
+        d = tensors[f"{prefix}.d"]
+        out_features, in_features = d.shape[0] * TILE, d.shape[1] * BLOCK[kind]
+        return cls(kind, out_features, in_features, *(tensors[f"{prefix}.{n}"] for n in ("codes", "sc", "mn", "d", "dmin")))
+
+    def weights(self) -> torch.Tensor:
+        """The float32 weights (out x in) these codes and scales stand for: the kernel's layout read
+        back, for checking it against the GGUF's own dequantization."""
+        tiles, steps = self.out_features // TILE, self.group // 4
+        codes = self.codes.numpy().reshape(tiles, self.in_features // self.group, -1, TILE, 4)
+        if self.kind != Q6_K:
+            codes = np.concatenate([codes & 0xF, codes >> 4], axis=2)
+        codes = codes.reshape(tiles, -1, steps, TILE, 4).transpose(0, 3, 1, 2, 4).reshape(self.out_features, -1)
+        per_group = (lambda a: a.numpy().transpose(0, 2, 1).reshape(self.out_features, -1))
+        d, dmin = per_group(self.d), per_group(self.dmin)
+        return torch.from_numpy(_weights(codes, per_group(self.sc), per_group(self.mn), d, dmin, self.group,
+                                         self.block))
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.sc, self.mn, self.d, self.dmin))
+
+
+# ---- from the GGUF's blocks -----------------------------------------------------------------
+
+
+def _q4_k_fields(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Q4_K blocks (rows, blocks, 144 bytes) -> codes (rows, blocks*256) 0..15, sc and mn (rows, blocks*8),
+    d and dmin (rows, blocks): weight = d*sc*code - dmin*mn."""
+    rows, count = blocks.shape[:2]
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    dmin = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    s = blocks[..., 4:16].astype(np.int16)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 0xF) | ((s[..., 0:4] >> 6) << 4)], axis=-1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], axis=-1)
+    qs = blocks[..., 16:144].reshape(rows, count, 4, 32)
+    codes = np.stack([qs & 0xF, qs >> 4], axis=3)  # (rows, blocks, 4 chunks, low/high, 32): sub-block 2c, 2c+1
+    return (codes.reshape(rows, count * SUPER), sc.reshape(rows, -1), mn.reshape(rows, -1), d, dmin)
+
+
+def _q6_k_fields(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Q6_K blocks (rows, blocks, 210 bytes) -> codes 0..63, sc and mn (rows, blocks*16), d and dmin:
+    weight = d*sc*(code - 32) = d*sc*code - (32*d)*sc, the Q4_K form with mn = sc and dmin = 32*d."""
+    rows, count = blocks.shape[:2]
+    ql, qh = blocks[..., 0:128].astype(np.uint8), blocks[..., 128:192].astype(np.uint8)
+    sc = blocks[..., 192:208].copy().view(np.int8).astype(np.int16)
+    d = blocks[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
+    halves = []
+    for h in range(2):
+        low, high = ql[..., 64 * h: 64 * h + 32], ql[..., 64 * h + 32: 64 * h + 64]
+        top = qh[..., 32 * h: 32 * h + 32]
+        halves += [(low & 0xF) | ((top & 3) << 4), (high & 0xF) | (((top >> 2) & 3) << 4),
+                   (low >> 4) | (((top >> 4) & 3) << 4), (high >> 4) | (((top >> 6) & 3) << 4)]
+    codes = np.stack(halves, axis=2)  # (rows, blocks, 8 runs of 32 values, 32)
+    return codes.reshape(rows, count * SUPER), sc.reshape(rows, -1), sc.reshape(rows, -1), d, 32 * d
+
+
+def fields(kind: str, raw: np.ndarray, out_features: int, in_features: int) -> tuple[np.ndarray, ...]:
+    """A GGUF tensor's raw bytes (any shape holding out x in/256 blocks) as codes, sc, mn, d, dmin."""
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(out_features, in_features // SUPER, BLOCK_BYTES[kind])
+    return (_q4_k_fields if kind == Q4_K else _q6_k_fields)(blocks)
+
+
+def dequantize(kind: str, raw: np.ndarray, out_features: int, in_features: int) -> np.ndarray:
+    """The weights a GGUF tensor stands for, float32 (out x in), from the same fields the kernel reads."""
+    return _weights(*fields(kind, raw, out_features, in_features), GROUP[kind], SUPER)
+
+
+def _weights(codes: np.ndarray, sc: np.ndarray, mn: np.ndarray, d: np.ndarray, dmin: np.ndarray,
+             group: int, block: int) -> np.ndarray:
+    """d*sc*code - dmin*mn in float32, as the GGUF's own dequantization computes it."""
+    scale = np.repeat(np.repeat(d, block // group, axis=1) * sc, group, axis=1)
+    offset = np.repeat(np.repeat(dmin, block // group, axis=1) * mn, group, axis=1)
+    return (scale * codes - offset).astype(np.float32)
+
+
+def fits(out_features: int, in_features: int, block: int = SUPER) -> bool:
+    """The kernel's shapes: output channels in tiles of 16, inputs in whole blocks."""
+    return out_features % TILE == 0 and in_features % block == 0
+
+
+def random_blocks(kind: str, out_features: int, in_features: int, generator: np.random.Generator) -> np.ndarray:
+    """GGUF blocks of random codes and scales (finite, small): for probes and tests."""
+    blocks = generator.integers(0, 256, size=(out_features, in_features // SUPER, BLOCK_BYTES[kind]), dtype=np.uint8)
+    scales = (generator.random((out_features, in_features // SUPER, 1)) * 0.01).astype(np.float16).view(np.uint8)
+    if kind == Q4_K:
+        blocks[..., 0:2], blocks[..., 2:4] = scales, scales
+    else:
+        blocks[..., 208:210] = scales
+    return blocks
+
+
+def pack(kind: str, raw: np.ndarray, out_features: int, in_features: int) -> Packed:
+    """A GGUF tensor (Q4_K or Q6_K) in the kernel's layout."""
+    if not fits(out_features, in_features):
+        raise ValueError(f"a {out_features}x{in_features} layer does not tile by {TILE}x{SUPER}")
+    return _tiled(kind, *fields(kind, raw, out_features, in_features), out_features, in_features)
+
+
+def quantize(weight: torch.Tensor) -> Packed:
+    """A float weight (out x in) in SpecViz's own 4-bit form (kind Q4), for a model that has no
+    K-quant codes of its own (the real pair's draft): per group of 32 inputs a scale and a minimum,
+    each an integer times its block's float scale, as Q4_K does, in blocks of 128. Lossy, which a
+    draft may be: only its guesses' agreement with the target matters."""
+    out_features, in_features = weight.shape
+    if not fits(out_features, in_features, BLOCK[Q4]):
+        raise ValueError(f"a {out_features}x{in_features} layer does not tile by {TILE}x{BLOCK[Q4]}")
+    per_block = BLOCK[Q4] // GROUP[Q4]
+    w = weight.detach().float().numpy().reshape(out_features, -1, per_block, GROUP[Q4])
+    low, high = w.min(-1), w.max(-1)  # (out, blocks, groups)
+    step = np.maximum((high - low) / 15, 1e-12)
+    d = np.maximum(step.max(-1), 1e-12) / 127
+    sc = np.clip(np.rint(step / d[..., None]), 1, 127)
+    dmin = np.maximum(np.abs(low).max(-1), 1e-12) / 127
+    mn = np.clip(np.rint(-low / dmin[..., None]), -127, 127)
+    d, dmin = d.astype(np.float32), dmin.astype(np.float32)
+    scale = (d[..., None] * sc.astype(np.float32))[..., None]
+    offset = (dmin[..., None] * mn.astype(np.float32))[..., None]
+    codes = np.clip(np.rint((w + offset) / scale), 0, 15)
+    return _tiled(Q4, codes.reshape(out_features, in_features), sc.reshape(out_features, -1),
+                  mn.reshape(out_features, -1), d, dmin, out_features, in_features)
+
+
+def _tiled(kind: str, codes: np.ndarray, sc: np.ndarray, mn: np.ndarray, d: np.ndarray, dmin: np.ndarray,
+           out_features: int, in_features: int) -> Packed:
+    """Codes (out x in) and scales (out x groups, out x blocks) in the kernel's layout (kquant.c)."""
+    group, tiles = GROUP[kind], out_features // TILE
+    steps = group // 4
+    # (tiles, 16 channels, groups, steps, 4 inputs) -> (tiles, groups, steps, 16, 4): a step's 64 bytes
+    tiled = codes.astype(np.uint8).reshape(tiles, TILE, -1, steps, 4).transpose(0, 2, 3, 1, 4)
+    if kind != Q6_K:
+        tiled = tiled[:, :, : steps // 2] | (tiled[:, :, steps // 2:] << 4)
+    per_group = (lambda a: np.ascontiguousarray(a.reshape(tiles, TILE, -1).transpose(0, 2, 1)))
+    return Packed(kind, out_features, in_features, torch.from_numpy(np.ascontiguousarray(tiled).reshape(-1)),
+                  torch.from_numpy(per_group(sc).astype(np.int8)), torch.from_numpy(per_group(mn).astype(np.int8)),
+                  torch.from_numpy(per_group(d).astype(np.float32)), torch.from_numpy(per_group(dmin).astype(np.float32)))
+
+
+# ---- the kernel -----------------------------------------------------------------------------
+
+
+def cpu_can(flags: frozenset[str]) -> bool:
+    return all(flag in flags for flag in NEEDS)
+
+
+def build(into: Path) -> Path:
+    """The kernel compiled for this machine, in `into` (once: its name carries the source's hash)."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    library = into / f"kquant-{digest}.so"
+    if library.is_file():
+        return library
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (cc or gcc) on this machine")
+    into.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=into, suffix=".so.tmp", delete=False) as staging:
+        pass
+    try:
+        result = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", staging.name, "-lm"], check=False,
+                                capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {(result.stderr or result.stdout).strip()[:300]}")
+        os.replace(staging.name, library)
+    finally:
+        Path(staging.name).unlink(missing_ok=True)
+    return library
+
+
+@cache
+def load(library: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(library))
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.kq_quantize.argtypes = [p, i, i, i, i, p, p, p]
+    lib.kq_quantize.restype = None
+    lib.kq_matmul.argtypes = [i, i, i, i, i, i, p, p, p, p, p, p, p, p, p, p, i]
+    lib.kq_matmul.restype = None
+    return lib
+
+
+class KQuantLinear(torch.nn.Module):
+    """A Linear layer on the GGUF's K-quant codes (see the module's docstring). float32 in and out."""
+
+    def __init__(self, packed: Packed, bias: torch.Tensor | None, library: Path):
+        super().__init__()
+        self.packed, self.library = packed, library
+        self.in_features, self.out_features = packed.in_features, packed.out_features
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+        self._lib = load(library)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p, lib = self.packed, self._lib
+        rows = x.reshape(-1, self.in_features).float().contiguous()
+        count = rows.shape[0]
+        xq = torch.empty(count, p.in_features, dtype=torch.int8)
+        scale = torch.empty(count, p.in_features // p.block)
+        bsum = torch.empty(count, p.in_features // p.group)
+        lib.kq_quantize(rows.data_ptr(), count, p.in_features, p.group, p.block, xq.data_ptr(), scale.data_ptr(),
+                        bsum.data_ptr())
+        out = torch.empty(count, p.out_features)
+        lib.kq_matmul(count, p.out_features, p.in_features, p.group, p.block, p.bits, p.codes.data_ptr(), p.sc.data_ptr(),
+                      p.mn.data_ptr(), p.d.data_ptr(), p.dmin.data_ptr(), xq.data_ptr(), scale.data_ptr(),
+                      bsum.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(), out.data_ptr(),
+                      torch.get_num_threads())
+        return out.reshape(*x.shape[:-1], p.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.packed.kind} codes"
+
+
+# ---- the packed file in the cache -------------------------------------------------------------
+
+# GGUF tensor names (llama.cpp's) -> the module each is in transformers' Qwen2/Llama models.
+_MODULES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj"}
+
+
+def module_name(gguf_name: str) -> str | None:
+    """The transformers module of a GGUF weight ("blk.3.ffn_up.weight" -> "model.layers.3.mlp.up_proj"),
+    or None for what is not a Linear layer's weight (norms, biases, the token embeddings)."""
+    if gguf_name == "output.weight":
+        return "lm_head"
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _MODULES:
+        return f"model.layers.{parts[1]}.{_MODULES[parts[2]]}"
+    return None
+
+
+def pack_gguf(gguf_path: Path, destination: Path) -> int:
+    """Every Linear layer of a GGUF file stored in Q4_K or Q6_K, packed for the kernel into one
+    safetensors file (written whole or not at all); returns how many layers it holds. Layers in
+    other types are left out: they keep the set-up the rest of the model gets."""
+    from gguf import GGUFReader
+    from safetensors.torch import save_file
+
+    tensors, kinds = {}, {}
+    for tensor in GGUFReader(str(gguf_path)).tensors:
+        name, kind = module_name(tensor.name), tensor.tensor_type.name
+        if name is None or kind not in GROUP:
+            continue
+        in_features, out_features = (int(n) for n in tensor.shape[:2])
+        if not fits(out_features, in_features):
+            continue
+        tensors.update(pack(kind, np.asarray(tensor.data), out_features, in_features).tensors(name))
+        kinds[name] = kind
+    staging = destination.with_name(destination.name + f".tmp-{os.getpid()}")
+    try:
+        save_file(tensors, str(staging), metadata={name: kind for name, kind in kinds.items()})
+        os.replace(staging, destination)
+    finally:
+        staging.unlink(missing_ok=True)
+    return len(kinds)
+
+
+def read_packed(path: Path) -> dict[str, Packed]:
+    """The packed layers of a file written by `pack_gguf`, by module name."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(path), framework="pt") as handle:
+        kinds = dict(handle.metadata() or {})
+    tensors = load_file(str(path))
+    return {name: Packed.from_tensors(tensors, name, kind) for name, kind in kinds.items()}

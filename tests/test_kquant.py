@@ -1,0 +1,179 @@
+"""The target at its GGUF's own precision (core/kquant.py, kquant.c): K-quant blocks unpacked to the
+values the GGUF dequantizes to, the kernel's product, its rows the same bits alone and in a window,
+a tiny model on it lossless, and the set-up chosen per CPU capability."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType, GGUFWriter, quants
+from test_cpu import WITHOUT_BF16, accepted_losslessly
+
+from specviz.core import cpu, kquant
+from specviz.core.models import build_pair
+
+KINDS = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q6_K: GGMLQuantizationType.Q6_K}
+WITH_VNNI = cpu.Machine("a CPU with VNNI", True, frozenset({"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}))
+here = cpu.machine()
+needs_kernel = pytest.mark.skipif(not kquant.cpu_can(here.flags), reason="this CPU has no AVX512-VNNI")
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory) -> Path:
+    if not kquant.cpu_can(here.flags):
+        pytest.skip("this CPU has no AVX512-VNNI")
+    return kquant.build(tmp_path_factory.mktemp("kernels"))
+
+
+@pytest.mark.parametrize("kind", [kquant.Q4_K, kquant.Q6_K])
+def test_blocks_unpack_to_what_the_gguf_dequantizes_to(kind):
+    raw = kquant.random_blocks(kind, 32, 512, np.random.default_rng(0))
+    reference = quants.dequantize(raw.reshape(32, -1), KINDS[kind])
+    assert np.array_equal(kquant.dequantize(kind, raw, 32, 512), reference)
+    # and the kernel's layout reads back to the same values, bit for bit
+    assert np.array_equal(kquant.pack(kind, raw, 32, 512).weights().numpy(), reference)
+
+
+def test_a_gguf_file_packs_its_k_quant_linear_layers_and_only_those(tmp_path):
+    generator, path = np.random.default_rng(1), tmp_path / "tiny.gguf"
+    blocks = {"blk.0.ffn_up.weight": (kquant.Q4_K, 48, 512), "blk.0.ffn_down.weight": (kquant.Q6_K, 32, 256),
+              "output.weight": (kquant.Q6_K, 16, 256), "token_embd.weight": (kquant.Q4_K, 16, 256)}
+    raws = {name: kquant.random_blocks(kind, out, into, generator) for name, (kind, out, into) in blocks.items()}
+    writer = GGUFWriter(str(path), "qwen2")
+    for name, (kind, out, into) in blocks.items():
+        writer.add_tensor(name, raws[name].reshape(out, -1), raw_dtype=KINDS[kind])  # its shape in bytes
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(256, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    destination = tmp_path / "packed.safetensors"
+    assert kquant.pack_gguf(path, destination) == 3  # the embeddings are no Linear layer
+    packed = kquant.read_packed(destination)
+    assert set(packed) == {"model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "lm_head"}
+    for name, module in [("blk.0.ffn_up.weight", "model.layers.0.mlp.up_proj"), ("output.weight", "lm_head")]:
+        kind, out, _ = blocks[name]
+        assert packed[module].kind == kind
+        assert np.array_equal(packed[module].weights().numpy(),
+                              quants.dequantize(raws[name].reshape(out, -1), KINDS[kind]))
+
+
+def quantized_activations(x: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """The activations as the kernel sees them: int8 per row and block, times the block's scale."""
+    blocks = x.reshape(x.shape[0], -1, block)
+    scale = blocks.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(blocks / scale) * scale).reshape(x.shape)
+
+
+@pytest.mark.parametrize("kind", [kquant.Q4_K, kquant.Q6_K])
+def test_the_kernels_product_is_the_gguf_weights_times_int8_activations(kernel, kind):
+    raw = kquant.random_blocks(kind, 64, 768, np.random.default_rng(2))
+    layer = kquant.KQuantLinear(kquant.pack(kind, raw, 64, 768), torch.randn(64), kernel)
+    x = torch.randn(5, 768)
+    weights = torch.from_numpy(kquant.dequantize(kind, raw, 64, 768)).double()
+    expected = quantized_activations(x).double() @ weights.T + layer.bias.double()
+    assert torch.allclose(layer(x).double(), expected, rtol=1e-4, atol=1e-4)
+    plain = x.double() @ weights.T + layer.bias.double()  # and the activations' rounding is small
+    assert ((layer(x).double() - plain).norm() / plain.norm()) < 0.02
+
+
+@pytest.mark.parametrize("rows", [2, 7, 16, 33, 70])  # 33 and 70: more rows than the kernel holds at once
+def test_a_row_is_the_same_bits_alone_and_among_others(kernel, rows):
+    raw = kquant.random_blocks(kquant.Q4_K, 32, 512, np.random.default_rng(3))
+    layer = kquant.KQuantLinear(kquant.pack(kquant.Q4_K, raw, 32, 512), None, kernel)
+    x = torch.randn(rows, 512)
+    together = layer(x)
+    assert torch.equal(together, torch.cat([layer(x[i:i + 1]) for i in range(rows)]))
+    assert torch.equal(together[:3], layer(x[:3]))
+
+
+def kquant_llama(seed: int):
+    """A tiny Llama whose every Linear layer fits the kernel (widths in 256s, outputs in 16s)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=64, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def random_packing(model, seed: int) -> dict[str, kquant.Packed]:
+    """Every Linear layer of `model` as random K-quant codes: Q6_K for the output layer and the down
+    projections (as Q4_K_M files store them), Q4_K elsewhere; sharp enough that choices are clear."""
+    generator, packed = np.random.default_rng(seed), {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            kind = kquant.Q6_K if name == "lm_head" or name.endswith("down_proj") else kquant.Q4_K
+            raw = kquant.random_blocks(kind, module.out_features, module.in_features, generator)
+            packed[name] = kquant.pack(kind, raw, module.out_features, module.in_features)
+    return packed
+
+
+@needs_kernel
+def test_a_target_on_k_quant_codes_is_row_exact_and_lossless(kernel):
+    target, draft = kquant_llama(0), kquant_llama(0)
+    packed = random_packing(target, 0)
+    assert "Q4_K/Q6_K" in cpu.prepare_target(target, "kquant", packed=packed, kernel=kernel)
+    draft_packing = random_packing(draft, 0)  # the same codes: a draft that agrees, then jitter it
+    cpu.to_kquant(draft, draft_packing, kernel)
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.add_(0.05 * torch.randn_like(draft.model.embed_tokens.weight))
+    assert cpu.rows_exact(target)
+    assert accepted_losslessly(build_pair("tiny", target, draft, None)) > 0
+
+
+def test_the_set_up_is_chosen_by_what_the_cpu_can_do(kernel, monkeypatch):
+    model = kquant_llama(1)
+    packed = random_packing(model, 1)
+    monkeypatch.setattr(cpu, "kquant_kernel", lambda found, cache: (kernel, "") if kquant.cpu_can(found.flags)
+                        else (None, "need avx512f/avx512bw/avx512_vnni, which this CPU lacks"))
+    monkeypatch.setattr(cpu, "kquant_pays", lambda *args, **kwargs: True)
+    choice = cpu.choose_target(model, {}, WITH_VNNI, packed)
+    assert (choice.setup, choice.kernel) == ("kquant", kernel)
+    without = cpu.choose_target(model, {}, WITHOUT_BF16, packed)
+    assert without.setup.startswith("fp32") and without.why.startswith("K-quant codes need avx512f")
+    # no packed codes (a bundled or hub model): nothing said about them
+    assert "K-quant" not in cpu.choose_target(model, {}, WITHOUT_BF16, {}).why
+    # forced without codes: the reason, and the set-up the CPU would otherwise get
+    forced = cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "kquant"}, WITHOUT_BF16, {})
+    assert forced.why.startswith("K-quant codes not kept at set-up;") and forced.setup != "kquant"
+    # forced off: another set-up, even where the codes would serve
+    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITH_VNNI, packed).setup == "fp32"
+    monkeypatch.setattr(cpu, "kquant_pays", lambda *args, **kwargs: False)
+    slower = cpu.choose_target(model, {}, WITH_VNNI, packed)
+    assert slower.setup != "kquant" and "measured slower here" in slower.why
+
+
+def test_a_float_weight_quantized_by_specviz_stays_close_and_row_exact(kernel):
+    weight = torch.randn(64, 384) * 0.05  # 384: three of the draft's blocks of 128, not a GGUF's 256
+    packed = kquant.quantize(weight)
+    assert packed.kind == kquant.Q4 and packed.block == 128
+    assert ((packed.weights() - weight).norm() / weight.norm()) < 0.1  # 4 bits, 16 levels a group
+    layer = kquant.KQuantLinear(packed, None, kernel)
+    x = torch.randn(12, 384)
+    together = layer(x)
+    assert torch.allclose(together.double(), quantized_activations(x, 128).double() @ packed.weights().double().T,
+                          rtol=1e-4, atol=1e-4)
+    assert torch.equal(together, torch.cat([layer(x[i:i + 1]) for i in range(12)]))
+
+
+def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeypatch):
+    draft = kquant_llama(2)
+    monkeypatch.setattr(cpu, "kquant_kernel", lambda found, cache: (kernel, ""))
+    monkeypatch.setattr(cpu, "kquant_draft_pays", lambda *args, **kwargs: True)
+    choice = cpu.choose_draft({}, WITH_VNNI, draft)
+    assert (choice.setup, choice.kernel) == ("kquant", kernel)
+    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup != "kquant"  # no VNNI
+    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITH_VNNI, draft).setup == "int4"
+    monkeypatch.setattr(cpu, "kquant_draft_pays", lambda *args, **kwargs: False)
+    assert cpu.choose_draft({}, WITH_VNNI, draft).setup != "kquant"
+    line = cpu.prepare_draft(draft, "kquant", kernel)
+    assert line.startswith("draft 4-bit") and isinstance(draft.lm_head, kquant.KQuantLinear)
+    assert cpu.rows_exact(draft)  # so a catch-up may feed it several tokens in one call
