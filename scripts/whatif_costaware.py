@@ -236,7 +236,7 @@ def load(docs: Path) -> list[Suite]:
                 if rule is None:
                     continue
                 p = rule.params["prices"]
-                prompts.append(Prompt(r, run.comparison, run.eos_ids, PassPrices(p["draft_call_ms"], tuple(p["target_ms"])),
+                prompts.append(Prompt(r, run.comparison, run.eos_ids, PassPrices.from_dict(p),
                                       (rule.target_passes, rule.draft_passes), observations(run.comparison)))
             if prompts:
                 suites.append(Suite(study, preset, suite, PassCosts.from_records(group), prompts))
@@ -247,7 +247,7 @@ def modeled_s(policy: Policy, prompt: Prompt, costs: PassCosts) -> tuple[float, 
     counted = PlainCounter(policy)
     c = prompt.comparison
     passes = replay_passes(counted, c.reference_ids(), c.draft_along_reference, c.max_new_tokens, prompt.eos_ids,
-                           prompt.seen, c.prompt_tokens)
+                           prompt.seen, c.prompt_tokens, c.draft_row_exact)
     return costs.modeled_time(*passes, c.prompt_tokens, counted.plain), passes
 
 

@@ -298,7 +298,8 @@ def test_live_prices_scale_the_measured_curve_by_what_runs_timed():
     rounds = [_timed_round(0, 3, 5.0, 9.0, prefill_s=9.0),  # the prompt's prefill: ignored
               _timed_round(1, 3, 0.06, 0.34),  # three draft calls of 20 ms, a window of 4 at 340 ms (2x)
               _timed_round(2, 0, 0.0, 0.05),  # a plain pass: half the measured 100 ms
-              _timed_round(3, 1, 0.02, 0.3, prefill_s=0.5)]  # one call after the draft's prefill
+              # the backlog since round 1 (two tokens: one call each) after a prefill of the draft's
+              _timed_round(3, 1, 0.04, 0.3, prefill_s=0.5)]
     prices.record(Trace("costaware", "cost-aware", {}, [7] * 8, rounds, 1.0, "max_new_tokens"))
     now = prices.current()
     assert now.draft_call_ms == pytest.approx(20.0)  # 2x, from both rounds' calls

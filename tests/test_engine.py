@@ -270,3 +270,70 @@ def test_the_prompt_prefill_is_timed_apart_in_the_first_drafting_round(tiny_pair
     assert generate(tiny_pair, [5], Static(4), 8).draft_prefill_s == 0  # a one-token prompt has no prefill call
     baseline = target_only(tiny_pair, [3, 1, 4, 1, 5, 2, 6], 20)
     assert 0 < baseline.prefill_s < baseline.wall_s
+
+
+# ---- a row-exact draft catches up in one call (issue 44) -------------------------------------
+
+
+def _int8_row_draft(target):
+    from specviz.core.models import int8_draft
+
+    return int8_draft(target)
+
+
+def test_a_row_exact_draft_catches_up_in_one_call_with_the_logits_of_one_by_one_feeding(tiny_pair):
+    """The bundled int8 draft's set-up (dynamic int8 computed row by row, row attention) is row-exact:
+    a backlog read in one call gives the very logits and cache that one call per token gives."""
+    from specviz.core.cpu import draft_rows_exact
+
+    draft = _int8_row_draft(tiny_pair.target)
+    assert draft_rows_exact(draft)
+    prompt, text = [3, 1, 4, 1], [5, 9, 2, 6, 5, 3, 5]
+    with torch.inference_mode():
+        apart = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=False)
+        together = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=True)
+        for drafter in (apart, together):
+            drafter.start(prompt + text[:1])
+            drafter.next(7)  # a wrong draft token, dropped at the next start
+        expected, got = apart.start(prompt + text), together.start(prompt + text)
+        assert torch.equal(got, expected)
+        assert torch.equal(together.next(4), apart.next(4))  # the caches hold the same bits too
+    assert together.passes == 1 + 1 + 1 + 1 + 1  # prefill, first start, a draft, the backlog in one call, a draft
+    assert apart.passes == 1 + 2 + 1 + (len(text) - 1) + 1  # the same, one call per token
+
+
+def test_a_draft_that_is_not_row_exact_is_fed_one_token_per_call(tiny_pair):
+    """torch's plain dynamic int8 picks one activation scale per call: not row-exact, so the pair
+    says so and its drafter reads the backlog one token per call."""
+    import warnings
+
+    from specviz.core.cpu import draft_rows_exact
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = torch.ao.quantization.quantize_dynamic(tiny_pair.target, {torch.nn.Linear}, dtype=torch.qint8)
+    assert not draft_rows_exact(plain)
+    lengths = []
+    hook = plain.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]),
+                                           with_kwargs=True)
+    try:
+        with torch.inference_mode():
+            drafter = Drafter(plain, tiny_pair.vocab_size, tiny_pair.device, [3, 1, 4, 1])
+            drafter.start([3, 1, 4, 1, 5, 9, 2])
+    finally:
+        hook.remove()
+    assert lengths == [3, 1, 1, 1, 1]
+
+
+def test_a_long_backlog_is_read_in_calls_of_at_most_catch_up_rows(tiny_pair):
+    from specviz.core.policies import CATCH_UP_ROWS
+
+    draft = _int8_row_draft(tiny_pair.target)
+    prompt = [3, 1]
+    text = [(7 * i) % 30 + 1 for i in range(CATCH_UP_ROWS + 5)]
+    with torch.inference_mode():
+        together = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=True)
+        apart = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=False)
+        assert torch.equal(together.start(prompt + text), apart.start(prompt + text))
+    assert together.passes == 1 + 2  # the prefill, then 32 and 6 tokens

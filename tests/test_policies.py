@@ -271,3 +271,32 @@ def test_cost_aware_modes_parse_and_need_prices():
     assert policy.label == "cost-aware" and policy.params["prices"] == {"draft_call_ms": 5.0,
                                                                          "target_ms": [10.0, 11.0]}
     assert PassPrices(5.0, (10.0, 11.0)).verify_ms(4) == 13.0  # past the last window: its slope
+
+
+def test_a_catch_up_costs_one_call_per_token_or_the_measured_call_over_the_backlog():
+    apart = PassPrices(10.0, (100.0,))
+    together = PassPrices(10.0, (100.0,), catch_up_ms=(10.0, 12.0, 14.0))
+    assert [apart.catch_up(n) for n in (1, 3, 7)] == [10.0, 30.0, 70.0]
+    assert [together.catch_up(n) for n in (1, 3, 7)] == [10.0, 14.0, 14.0 + 14.0 + 10.0]  # calls of at most 3
+    assert PassPrices.from_dict(together.to_dict()) == together
+    assert "catch_up_ms" not in apart.to_dict()  # as recorded before catch-up in one call existed
+
+
+def test_cost_aware_prices_a_plain_stretch_by_the_draft_s_catch_up():
+    """After plain rounds the draft reads what it missed: the rule's run time counts it as the
+    draft reads it, so a row-exact draft's plain stretch costs it less."""
+    runs = {}
+    for name, prices in (("apart", PassPrices(10.0, (100.0, 110.0, 120.0))),
+                         ("together", PassPrices(10.0, (100.0, 110.0, 120.0), catch_up_ms=(10.0,) + (12.0,) * 31))):
+        policy = CostAware(prices)
+        policy.start_round(0)
+        policy.end_round(2, 2, [0.9, 0.9])  # drafted 2, kept both: position 3, the draft fed up to 1
+        for position in (3, 4, 5, 6):
+            policy.start_round(position)
+            policy.end_round(0, 0, [])
+        policy.start_round(7)
+        policy.end_round(1, 1, [0.9])
+        runs[name] = policy.time_ms
+    plain = 120.0 + 4 * 100.0 + 110.0  # the verification passes
+    assert runs["apart"] == pytest.approx(plain + 10.0 * 2 + 10.0 * 6)  # first round: backlog 1, a draft
+    assert runs["together"] == pytest.approx(plain + 10.0 * 2 + 12.0)  # the backlog of 6 in one call

@@ -132,3 +132,21 @@ def test_the_cost_aware_rule_is_replayed_exactly_given_the_same_prices(tiny_pair
                             draft_along_reference=finish(draft_along(tiny_pair, PROMPT, baseline.token_ids)))
     predicted = replay(comparison, CostAware(prices))
     assert (predicted.target_passes, predicted.draft_passes) == (trace.target_passes, trace.draft_passes)
+
+
+def test_replay_counts_a_row_exact_drafts_catch_up_as_one_call():
+    """A plain stretch leaves a backlog: one call per token for a draft that is not row-exact, one
+    call in all (up to CATCH_UP_ROWS tokens) for one that is."""
+    reference = list(range(10, 20))
+    along = DraftAlongReference(tokens=list(reference), probs=[0.9] * 10, entropies=[0.1] * 10)
+
+    class PlainThenStatic(Static):
+        def start_round(self, position: int) -> int:
+            return 0 if position < 5 else 2
+
+    # rounds at 0-4 plain, then drafting rounds at 5 (2 drafted, both kept, bonus) and 8 (1: room)
+    apart = replay_passes(PlainThenStatic(2), reference, along, max_new_tokens=10, prompt_tokens=5)
+    together = replay_passes(PlainThenStatic(2), reference, along, max_new_tokens=10, prompt_tokens=5,
+                             row_exact=True)
+    assert apart == (7, 1 + (6 + 1) + (2 + 0))  # prefill; a backlog of 6, a draft; a backlog of 2
+    assert together == (7, 1 + (1 + 1) + (1 + 0))

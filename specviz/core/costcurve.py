@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .engine import CachedModel
-from .policies import PassPrices
+from .policies import CATCH_UP_ROWS, PassPrices
 from .trace import Baseline, Trace
 
 if TYPE_CHECKING:
     from .models import ModelPair
 
 WINDOWS = (1, 2, 4, 8, 12, 16, 20)
+DRAFT_WINDOWS = (1, 2, 4, 8, 16, 32)  # a row-exact draft's catch-up calls: up to engine.CATCH_UP_ROWS
 
 
 @dataclass(frozen=True)
@@ -39,17 +40,16 @@ class CostCurve:
     target_ms: tuple[float, ...]  # the target's pass over each window of new tokens (logits for every row)
     draft_call_ms: float  # the draft's one-token call
     draft_prefill_ms: float  # the draft reading `context` tokens in one call
+    draft_windows: tuple[int, ...] = ()
+    draft_ms: tuple[float, ...] = ()  # the draft's call over each of draft_windows (logits for the last row)
 
     def target_pass_ms(self, window: int) -> float:
         """The target's pass over `window` new tokens, interpolated between measured windows."""
-        points = list(zip(self.windows, self.target_ms))
-        if window <= points[0][0]:
-            return points[0][1]
-        for (w0, t0), (w1, t1) in itertools.pairwise(points):
-            if window <= w1:
-                return t0 + (t1 - t0) * (window - w0) / (w1 - w0)
-        (w0, t0), (w1, t1) = points[-2], points[-1]
-        return t1 + (t1 - t0) / (w1 - w0) * (window - w1)
+        return _interpolate(self.windows, self.target_ms, window)
+
+    def draft_pass_ms(self, window: int) -> float:
+        """The draft's call over `window` tokens, interpolated between measured windows."""
+        return _interpolate(self.draft_windows or (1,), self.draft_ms or (self.draft_call_ms,), window)
 
     def ratio(self, window: int) -> float:
         """The pass over `window` tokens in one-token passes."""
@@ -63,6 +63,17 @@ class CostCurve:
         return asdict(self)
 
 
+def _interpolate(windows: tuple[int, ...], ms: tuple[float, ...], window: int) -> float:
+    points = list(zip(windows, ms))
+    if window <= points[0][0] or len(points) == 1:
+        return points[0][1]
+    for (w0, t0), (w1, t1) in itertools.pairwise(points):
+        if window <= w1:
+            return t0 + (t1 - t0) * (window - w0) / (w1 - w0)
+    (w0, t0), (w1, t1) = points[-2], points[-1]
+    return t1 + (t1 - t0) / (w1 - w0) * (window - w1)
+
+
 def _timed(call, repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -73,11 +84,11 @@ def _timed(call, repeats: int) -> float:
 
 
 def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WINDOWS, repeats: int = 5,
-            cpu_name: str = "") -> CostCurve:
+            cpu_name: str = "", draft_windows: tuple[int, ...] = DRAFT_WINDOWS) -> CostCurve:
     """Time each call `repeats` times (median) after one untimed warm-up, on random token ids (a
     pass's cost does not depend on which tokens it reads)."""
     generator = torch.Generator().manual_seed(0)
-    longest = max(windows)
+    longest = max(*windows, *draft_windows)
     ids = torch.randint(0, pair.vocab_size, (context + longest,), generator=generator).tolist()
     prompt, after = ids[:context], ids[context:]
 
@@ -109,8 +120,18 @@ def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WIND
 
         draft_call()
         call_ms = _timed(draft_call, repeats)
+
+        def draft_window(window: int) -> None:
+            draft.forward(after[:window])
+            draft.crop(context)
+
+        draft_ms = []
+        for window in draft_windows:
+            draft_window(window)
+            draft_ms.append(_timed(lambda w=window: draft_window(w), repeats))
     return CostCurve(cpu=cpu_name, setup=pair.setup, context=context, windows=tuple(windows),
-                     target_ms=tuple(target_ms), draft_call_ms=call_ms, draft_prefill_ms=prefill_ms)
+                     target_ms=tuple(target_ms), draft_call_ms=call_ms, draft_prefill_ms=prefill_ms,
+                     draft_windows=tuple(draft_windows), draft_ms=tuple(draft_ms))
 
 
 def table(curve: CostCurve) -> list[str]:
@@ -121,6 +142,9 @@ def table(curve: CostCurve) -> list[str]:
         lines.append(f"{'target, ' + str(window) + ' new token' + ('s' if window > 1 else ''):<34}"
                      f"{ms:>9.1f}{ms / curve.target_ms[0]:>9.2f}")
     lines.append(f"{'draft, one-token call':<34}{curve.draft_call_ms:>9.1f}{curve.draft_ratio:>9.2f}")
+    for window, ms in zip(curve.draft_windows, curve.draft_ms):
+        if window > 1:
+            lines.append(f"{'draft, ' + str(window) + ' tokens in one call':<34}{ms:>9.1f}{ms / curve.target_ms[0]:>9.2f}")
     lines.append(f"{'draft, prefill of the context':<34}{curve.draft_prefill_ms:>9.1f}"
                  f"{curve.draft_prefill_ms / curve.target_ms[0]:>9.2f}")
     return lines
@@ -159,13 +183,19 @@ class LivePrices:
             if passes > 0 and run.wall_s > run.prefill_s:
                 self.one_token.append((run.wall_s - run.prefill_s) * 1000 / passes / self.measured.verify_ms(1))
             return
-        for r in run.rounds[1:]:
-            checked = r.lookahead + 1
-            ratio = r.verify_s * 1000 / self.measured.verify_ms(checked)
-            (self.one_token if checked == 1 else self.window).append(ratio)
-            calls = r.draft_passes - (r.draft_prefill_s > 0)  # the prompt's prefill is one call, not one token
-            if calls > 0:
-                self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / calls / self.measured.draft_call_ms)
+        fed = -1  # the last answer position the draft has read, as in CostAware.end_round
+        for i, r in enumerate(run.rounds):
+            if i > 0:
+                checked = r.lookahead + 1
+                ratio = r.verify_s * 1000 / self.measured.verify_ms(checked)
+                (self.one_token if checked == 1 else self.window).append(ratio)
+            if r.lookahead:
+                # What the round's draft calls cost at the measured prices: its catch-up (one call
+                # or one per token, engine.Drafter) and a call per further draft token.
+                expected = self.measured.catch_up(r.position - fed) + self.measured.draft_call_ms * (r.lookahead - 1)
+                if i > 0 and r.draft_s > r.draft_prefill_s:
+                    self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / expected)
+                fed = r.position + min(r.accepted, r.lookahead - 1)
 
     def current(self) -> PassPrices:
         def scale(timed: deque[float]) -> float:
@@ -173,7 +203,9 @@ class LivePrices:
 
         one = self.measured.target_ms[0] * scale(self.one_token)
         windows = tuple(max(one, ms * scale(self.window)) for ms in self.measured.target_ms[1:])
-        return PassPrices(self.measured.draft_call_ms * scale(self.draft_call), (one, *windows))
+        draft = scale(self.draft_call)
+        return PassPrices(self.measured.draft_call_ms * draft, (one, *windows),
+                          tuple(ms * draft for ms in self.measured.catch_up_ms))
 
 
 def pass_prices(pair: ModelPair, repeats: int = 3) -> PassPrices:
@@ -181,7 +213,10 @@ def pass_prices(pair: ModelPair, repeats: int = 3) -> PassPrices:
     loaded pair (a few seconds) and read at every window from 1 to the largest measured, scaled by
     what its runs have timed since (`LivePrices`; the pipeline records every run on the pair)."""
     if pair.prices is None:
-        curve = measure(pair, context=128, repeats=repeats)
+        draft_windows = DRAFT_WINDOWS if pair.draft_row_exact else ()
+        curve = measure(pair, context=128, repeats=repeats, draft_windows=draft_windows)
+        catch_up = tuple(curve.draft_pass_ms(w) for w in range(1, CATCH_UP_ROWS + 1)) if draft_windows else ()
         pair.prices = LivePrices(PassPrices(curve.draft_call_ms,
-                                            tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1))))
+                                            tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1)),
+                                            catch_up))
     return pair.prices.current()

@@ -55,14 +55,19 @@ import ctypes
 import gc
 import os
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from . import kquant
 
 ROW_ATTENTION = "specviz_rows"
 # Every product of a packed Linear runs on one of these row counts (the rows padded with zeros, a
@@ -73,8 +78,8 @@ ROW_ATTENTION = "specviz_rows"
 # about what one row does. `bf16_rows_exact` checks the pair of sizes at load, and falls back to
 # 16 alone (exact by construction) where they differ.
 ROW_SIZES = (16, 32)
-SETUPS = ("fp32", "fp32-window", "bf16", "bf16-fast")
-DRAFT_SETUPS = ("fp32", "bf16", "int4")
+SETUPS = ("fp32", "fp32-window", "bf16", "bf16-fast", "kquant")
+DRAFT_SETUPS = ("fp32", "bf16", "int4", "kquant")
 INT4_GROUP = 32  # weights per scale and offset in the draft's int4 layers
 # fp32-window: products over 2 to this many rows are computed weight-first (verification windows);
 # more rows (a prompt's prefill) and one row keep torch's usual product.
@@ -199,6 +204,44 @@ class CastLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bf16, prefill in fp32"
+
+
+class RowInt8Linear(torch.nn.Module):
+    """torch's dynamic int8 Linear with a row's bits independent of the call: a call of up to
+    `rows` rows is computed one row at a time, so each row's activations get the scale that a
+    one-token call gives them (the dynamic product picks one scale per call). A longer call (only
+    the prompt's prefill, engine.Drafter) is one product, as before: it is the same call in every run."""
+
+    def __init__(self, quantized: torch.nn.Module, rows: int = 32):
+        super().__init__()
+        self.quantized = quantized
+        self.rows = rows
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        if flat.shape[0] == 1 or flat.shape[0] > self.rows:
+            return self.quantized(x)
+        out = torch.cat([self.quantized(row) for row in flat.split(1)])
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def to_row_int8(model: torch.nn.Module, rows: int = 32) -> None:
+    """In place: every dynamic int8 Linear computes calls of up to `rows` rows row by row, and
+    attention runs one query row at a time: the model is then row-exact for such calls."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, DynamicInt8Linear):
+                setattr(module, name, RowInt8Linear(child, rows))
+    use_row_attention(model)
+
+
+def draft_rows_exact(draft: torch.nn.Module) -> bool:
+    """Whether the draft, as set up, reads several tokens in a call with each row's logits the bits
+    of a call of its own (windows of 8 and 24 after 16 tokens): then it may catch up on a round's
+    backlog in one call (engine.Drafter). Checked on the draft itself: a second or two."""
+    return rows_exact(draft, context=16, window=8) and rows_exact(draft, context=16, window=24)
 
 
 class Int4Linear(torch.nn.Module):
@@ -427,15 +470,126 @@ def exact_row_sizes(model: torch.nn.Module) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class Choice:
-    setup: str  # target: fp32, fp32-window, bf16 or bf16-fast; draft: fp32, bf16 or bf16-cast
+    setup: str  # target: fp32, fp32-window, bf16, bf16-fast or kquant; draft: fp32, bf16 or bf16-cast
     why: str  # one clause for the model line and the logs
     sizes: tuple[int, ...] | None = ROW_SIZES  # bf16: the row counts of every product (see ROW_SIZES)
+    kernel: Path | None = None  # kquant: the compiled kernel
+
+
+# ---- the K-quant set-up: the GGUF's own codes (kquant.py) ------------------------------------
+
+
+def kquant_kernel(found: Machine, cache: Path) -> tuple[Path | None, str]:
+    """The K-quant kernel built for this machine, or None and why not."""
+    if not kquant.cpu_can(found.flags):
+        return None, f"need {'/'.join(kquant.NEEDS)}, which this CPU lacks"
+    try:
+        return kquant.build(cache), ""
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        return None, f"need their kernel, which did not build ({str(error)[:120]})"
+
+
+def kquant_rows_exact(model: torch.nn.Module, kernel: Path) -> bool:
+    """Whether the K-quant set-up gives a row the same bits in a window as alone, on this machine:
+    checked on a one-layer probe whose Linear layers get random Q4_K codes of the same shapes."""
+    probe = probe_of(model)
+    generator = np.random.default_rng(0)
+
+    def random_codes(linear: torch.nn.Linear) -> torch.nn.Module:
+        if not kquant.fits(linear.out_features, linear.in_features):
+            return linear
+        raw = kquant.random_blocks(kquant.Q4_K, linear.out_features, linear.in_features, generator)
+        return kquant.KQuantLinear(kquant.pack(kquant.Q4_K, raw, linear.out_features, linear.in_features),
+                                   linear.bias, kernel)
+
+    _replace_linears(probe, random_codes)
+    use_row_attention(probe)
+    return rows_exact(probe, window=8) and rows_exact(probe, window=24)
+
+
+def kquant_pays(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path, native_bf16: bool,
+                repeats: int = 5) -> bool:
+    """Whether the K-quant kernel is faster here than the set-up the target would otherwise get,
+    timed on the model's widest packed layer for one row and for a window of 8 (a second or two)."""
+    name = max(packed, key=lambda n: packed[n].out_features * packed[n].in_features)
+    linear = model.get_submodule(name)
+    if not isinstance(linear, torch.nn.Linear):
+        return True
+    quant = kquant.KQuantLinear(packed[name], linear.bias, kernel)
+    other = PackedLinear(linear) if native_bf16 else WindowLinear(linear)
+    one, window = torch.randn(1, linear.in_features), torch.randn(8, linear.in_features)
+    with torch.inference_mode():
+        mine = _median_ms(lambda: quant(one), repeats) + _median_ms(lambda: quant(window), repeats)
+        theirs = _median_ms(lambda: other(one), repeats) + _median_ms(lambda: other(window), repeats)
+    return mine < theirs
+
+
+def kquant_draft_pays(draft: torch.nn.Module, kernel: Path, repeats: int = 5) -> bool:
+    """Whether SpecViz's own 4-bit codes on the K-quant kernel beat torch's int4 kernel for one row
+    here (a draft's every call), timed on the draft's widest Linear layer that both fit."""
+    block = kquant.BLOCK[kquant.Q4]
+    widest = _widest_linear(draft, fits=lambda m: kquant.fits(m.out_features, m.in_features, block)
+                            and Int4Linear.fits(m))
+    if widest is None:
+        return False
+    x = torch.randn(1, widest.in_features)
+    mine = kquant.KQuantLinear(kquant.quantize(widest.weight), widest.bias, kernel)
+    if not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
+        return True
+    theirs = Int4Linear(widest)
+    with torch.inference_mode():
+        return _median_ms(lambda: mine(x), repeats) < _median_ms(lambda: theirs(x), repeats)
+
+
+def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path) -> int:
+    """In place: every Linear layer the GGUF stored in K-quants runs on its codes; the rest (token
+    embeddings, norms, biases, attention) stays as loaded. One layer at a time, giving the fp32
+    weights back as it goes. Returns how many layers were replaced."""
+    for name, layer in packed.items():
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        old = getattr(parent, child)
+        setattr(parent, child, kquant.KQuantLinear(layer, old.bias, kernel))
+        del old
+    _give_back_memory()
+    return len(packed)
 
 
 def choose_target(model: torch.nn.Module, environ: Mapping[str, str] | None = None,
-                  found: Machine | None = None) -> Choice:
-    """The target's set-up: bf16 where the CPU has native bf16 and the set-up is row-exact here."""
+                  found: Machine | None = None, packed: Mapping[str, kquant.Packed] | None = None,
+                  cache: Path | None = None) -> Choice:
+    """The target's set-up: its GGUF's K-quant codes where they were kept at set-up (`packed`), the
+    CPU has the kernel's instructions, and the set-up is row-exact and faster here; else bf16 where
+    the CPU has native bf16 and the set-up is row-exact here; else fp32, weight-first where that pays."""
     asked, found = wanted(TARGET_SETUP_ENV, environ), found or machine()
+    why_not = ""
+    if asked in ("auto", "kquant"):
+        choice, why_not = _choose_kquant(model, asked, found, packed or {}, cache)
+        if choice is not None:
+            return choice
+    choice = _choose_unquantized(model, "auto" if asked == "kquant" else asked, found)
+    return replace(choice, why=f"K-quant codes {why_not}; {choice.why}") if why_not else choice
+
+
+def _choose_kquant(model: torch.nn.Module, asked: str, found: Machine, packed: Mapping[str, kquant.Packed],
+                   cache: Path | None) -> tuple[Choice | None, str]:
+    """The K-quant set-up where it is possible, exact and (unless forced) faster; else None and why not
+    ("" where the model has no packed codes and nobody asked for them: nothing to say then)."""
+    if not packed:
+        return None, "not kept at set-up" if asked == "kquant" else ""
+    kernel, why_not = kquant_kernel(found, cache or Path(tempfile.gettempdir()) / "specviz-kernels")
+    if kernel is None:
+        return None, why_not
+    if not kquant_rows_exact(model, kernel):
+        return None, "not row-exact on this CPU"
+    if asked == "kquant":
+        return Choice("kquant", f"{TARGET_SETUP_ENV}=kquant", None, kernel), ""
+    if not kquant_pays(model, packed, kernel, found.native_bf16):
+        return None, "measured slower here"
+    return Choice("kquant", "the GGUF's own codes, row-exact, measured fastest here", None, kernel), ""
+
+
+def _choose_unquantized(model: torch.nn.Module, asked: str, found: Machine) -> Choice:
     if asked == "fp32":
         return Choice("fp32", f"{TARGET_SETUP_ENV}=fp32")
     if asked == "fp32-window":
@@ -453,13 +607,20 @@ def choose_target(model: torch.nn.Module, environ: Mapping[str, str] | None = No
 
 
 def choose_draft(environ: Mapping[str, str] | None = None, found: Machine | None = None,
-                 draft: torch.nn.Module | None = None) -> Choice:
-    """The draft's set-up: int4 where a one-row int4 product measures clearly faster on `draft`'s
-    widths than the bf16 it would otherwise get; else bf16 packed where the CPU has native bf16;
-    elsewhere bf16 as cast where a one-row bf16 product measures faster; else fp32."""
+                 draft: torch.nn.Module | None = None, cache: Path | None = None) -> Choice:
+    """The draft's set-up: SpecViz's own 4-bit codes on the K-quant kernel where the CPU has its
+    instructions and a one-row product measures faster than torch's int4 (row-exact too, so the
+    draft may be fed several tokens in one call); else int4 where a one-row int4 product measures
+    clearly faster on `draft`'s widths than the bf16 it would otherwise get; else bf16 packed where
+    the CPU has native bf16; elsewhere bf16 as cast where a one-row bf16 product measures faster; else fp32."""
     asked, found = wanted(DRAFT_SETUP_ENV, environ), found or machine()
     if asked.startswith("fp32"):  # fp32-window too (pass-costs forces both models alike): a draft reads one row
         return Choice("fp32", f"{DRAFT_SETUP_ENV}={asked}")
+    if asked in ("auto", "kquant") and draft is not None and kquant.cpu_can(found.flags):
+        kernel, _ = kquant_kernel(found, cache or Path(tempfile.gettempdir()) / "specviz-kernels")
+        if kernel is not None and (asked == "kquant" or kquant_draft_pays(draft, kernel)):
+            why = f"{DRAFT_SETUP_ENV}=kquant" if asked == "kquant" else "a one-row product measured fastest here"
+            return Choice("kquant", why, None, kernel)
     if asked == "int4":
         return Choice("int4", f"{DRAFT_SETUP_ENV}=int4")
     if asked == "auto" and draft is not None and int4_one_row_pays(draft, found.native_bf16):
@@ -473,10 +634,17 @@ def choose_draft(environ: Mapping[str, str] | None = None, found: Machine | None
     return Choice("fp32", "no native bf16 on this CPU")
 
 
-def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | None = ROW_SIZES) -> str:
+def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | None = ROW_SIZES,
+                   packed: Mapping[str, kquant.Packed] | None = None, kernel: Path | None = None) -> str:
     """Set the target up in place; returns what runs, for the model line. "bf16-fast" (only when
     forced, for measuring) is bf16 with packed weights and transformers' attention: the fastest
     one-token pass, but not row-exact, so lossless only by luck of rounding."""
+    if setup == "kquant":
+        to_kquant(model, packed or {}, kernel)
+        use_row_attention(model)
+        kinds = "/".join(sorted({layer.kind for layer in (packed or {}).values()}))
+        return (f"target {kinds} weights of its GGUF (int8-dot kernel, activations int8 per 256, row-exact "
+                "attention)")
     if setup == "bf16":
         to_bf16_packed(model, sizes)
         use_row_attention(model)
@@ -490,7 +658,13 @@ def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | 
     return f"target {_dtype_name(model)} (torch's kernels)"
 
 
-def prepare_draft(model: torch.nn.Module, setup: str) -> str:
+def prepare_draft(model: torch.nn.Module, setup: str, kernel: Path | None = None) -> str:
+    if setup == "kquant":
+        _replace_linears(model, lambda linear: kquant.KQuantLinear(kquant.quantize(linear.weight), linear.bias, kernel)
+                         if kquant.fits(linear.out_features, linear.in_features, kquant.BLOCK[kquant.Q4]) else linear)
+        use_row_attention(model)  # one call over several tokens then gives each the bits of its own call
+        return (f"draft 4-bit (SpecViz's own codes in groups of {kquant.GROUP[kquant.Q4]}, the K-quant kernel, "
+                "row-exact)")
     if setup == "bf16":
         to_bf16_packed(model, sizes=None)  # fed one token per call (engine.Drafter): nothing to pad
         return "draft bf16 (oneDNN-packed weights)"

@@ -12,9 +12,10 @@ One round, for every policy:
 
 The target's cache follows transformers' assisted generation: it holds every committed token
 but the last, and each verify pass reads that token with the proposal. The draft is fed
-differently (`Drafter`): one token per forward call, so that its guess at an answer position
-is a function of the text alone. That is what makes the oracle the true ideal and the what-if
-replay exact; it costs one extra draft call after every round whose drafts were all accepted.
+differently (`Drafter`): so that its guess at an answer position is a function of the text
+alone, whatever the rounds before were. That is what makes the oracle the true ideal and the
+what-if replay exact; it costs one extra draft call after every round whose drafts were all
+accepted, and a draft that is not row-exact reads its backlog one token per call.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .policies import DraftStep, Policy
+from .policies import CATCH_UP_ROWS, DraftStep, Policy
 from .trace import Baseline, Pending, Round, Trace
 
 if TYPE_CHECKING:
@@ -69,26 +70,32 @@ class Drafter:
     the text before it alone: not of how earlier rounds ran.
 
     Why: a forward call's result depends, at the level of float rounding, on how many tokens it
-    reads, and a quantized draft turns such differences into other tokens (the bundled int8
-    draft picks its activation scales per call). Guesses that depend on where a policy's rounds
-    ended would make the oracle's ideal, computed along the answer once, differ from what the
-    policies meet, and the what-if replay inexact. So:
+    reads, and a quantized draft turns such differences into other tokens (a dynamic int8 draft
+    picks its activation scales per call). Guesses that depend on where a policy's rounds ended
+    would make the oracle's ideal, computed along the answer once, differ from what the policies
+    meet, and the what-if replay inexact. So:
 
     - the prompt but its last token is read in one call, the first time the draft runs;
-    - after that every call reads exactly one token. A round starts by reading the committed
-      tokens the cache lacks, one per call (the last of them gives the first draft token's
-      logits); after a round whose drafts were all accepted that is one call more than the
-      drafted tokens (its last draft token was never read), after a round that drafted nothing
-      two. Catch-up calls before the last skip the output layer: only the cache needs them.
+    - a round starts by reading the committed tokens the cache lacks (the last of them gives the
+      first draft token's logits): after a round whose drafts were all accepted that is one more
+      than the drafted tokens (its last draft token was never read), after a round that drafted
+      nothing two, after a stretch of plain rounds every token of it;
+    - a draft whose rows are bitwise the same in a call of up to CATCH_UP_ROWS rows as alone
+      (`row_exact`, checked at load: cpu.rows_exact) reads them in one such call, which gives
+      exactly the logits one call per token would; any other draft reads them one per call.
+      Calls before the last skip the output layer: only the cache needs them;
+    - each draft token is then read in a call of its own.
 
     Every call is a draft pass (`passes`). transformers reads what its cache lacks in one call
-    instead (one call fewer per fully accepted round, guesses that depend on the round
-    structure): `TransformersDrafter`.
+    whatever the draft's rows do (guesses that may depend on the round structure):
+    `TransformersDrafter`.
     """
 
-    def __init__(self, model: torch.nn.Module, vocab_size: int, device: torch.device, prompt_ids: list[int]):
+    def __init__(self, model: torch.nn.Module, vocab_size: int, device: torch.device, prompt_ids: list[int],
+                 row_exact: bool = False):
         self.cached = CachedModel(model, vocab_size, device)
         self.prompt_ids = list(prompt_ids)
+        self.row_exact = row_exact
         self.tokens: list[int] = []  # what the cache holds, in order
         self.passes = 0
         self.prefill_s = 0.0  # the prompt's prefill call: a cost per prompt, not per drafted token
@@ -117,9 +124,12 @@ class Drafter:
             started = time.perf_counter()
             self.read(self.prompt_ids[:-1])
             self.prefill_s += time.perf_counter() - started
-        for token in sequence[len(self.tokens):-1]:
-            self.read([token])
-        return self.read([sequence[-1]], logits=True)
+        missing = sequence[len(self.tokens):]
+        per_call = CATCH_UP_ROWS if self.row_exact else 1
+        while len(missing) > per_call:
+            self.read(missing[:per_call])
+            missing = missing[per_call:]
+        return self.read(missing, logits=True)
 
     def next(self, token: int) -> torch.Tensor:
         """The logits after the draft's own `token`, read on top of what the cache holds."""
@@ -276,7 +286,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
     """
     started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)
-    drafter = feeding(pair.draft, pair.vocab_size, pair.device, prompt_ids)
+    drafter = feeding(pair.draft, pair.vocab_size, pair.device, prompt_ids, row_exact=pair.draft_row_exact)
     verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
     sequence = list(prompt_ids)
     trace = Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=[], rounds=[], wall_s=0.0,

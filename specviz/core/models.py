@@ -21,6 +21,7 @@ import torch
 
 from ..errors import SpecVizError
 from . import cpu, gpu, weights
+from .policies import CATCH_UP_ROWS
 from .presets import DEFAULT_PRESET, Preset, get_preset
 
 
@@ -40,19 +41,29 @@ class ModelPair:
     notes: list[str] = field(default_factory=list)
     setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (cpu.py)
     prices: object | None = None  # costcurve.LivePrices, measured when a cost-aware run first needs them
+    # The draft gives a row the same bits in a call of several (up to engine.CATCH_UP_ROWS) as
+    # alone, checked at load: it then reads a round's backlog in one call (engine.Drafter).
+    draft_row_exact: bool = False
 
 
 def int8_draft(target: torch.nn.Module) -> torch.nn.Module:
-    """The target's Linear layers in dynamic int8 (torch.ao), one function so it can move to torchao."""
+    """The target's Linear layers in dynamic int8 (torch.ao), computed row by row for the few
+    rows of a catch-up call so that the draft is row-exact (cpu.RowInt8Linear)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao quantization is deprecated but works in 2.13
         # In place on a private copy: the default would make a third full copy of the weights.
-        return torch.ao.quantization.quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear}, dtype=torch.qint8,
-                                                      inplace=True)
+        draft = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear}, dtype=torch.qint8,
+                                                       inplace=True)
+    cpu.to_row_int8(draft, CATCH_UP_ROWS)
+    return draft
 
 
 def bf16_draft(target: torch.nn.Module) -> torch.nn.Module:
-    return copy.deepcopy(target).to(torch.bfloat16)
+    """The target in bf16, attention one query row at a time so that it may be row-exact (checked
+    at load: on an AMX Xeon it is, and reads a backlog in one call)."""
+    draft = copy.deepcopy(target).to(torch.bfloat16)
+    cpu.use_row_attention(draft)
+    return draft
 
 
 def check_same_vocabulary(target_tokenizer: object, draft_tokenizer: object) -> None:
@@ -142,17 +153,25 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         setup = []
         if device.type == "cpu":  # before the draft loads: converting needs room for both copies of the target
             say("Choosing the target's set-up for this CPU")
-            choice = cpu.choose_target(target)
-            setup.append(f"{cpu.prepare_target(target, choice.setup, choice.sizes)}: {choice.why}")
+            packed = weights.kquant_layers(preset.target)
+            choice = cpu.choose_target(target, packed=packed, cache=weights.cache_root() / "kernels")
+            setup.append(f"{cpu.prepare_target(target, choice.setup, choice.sizes, packed, choice.kernel)}: "
+                         f"{choice.why}")
+            del packed  # what the target did not take
         say(f"Loading draft {preset.draft}")
         draft, draft_tokenizer = weights.load_model(preset, name, preset.draft, device,
                                                     gpu.model_dtype(device, _dtype(preset.draft_dtype)), say)
         if device.type == "cpu":
-            choice = cpu.choose_draft(draft=draft)
-            setup.append(f"{cpu.prepare_draft(draft, choice.setup)}: {choice.why}")
+            choice = cpu.choose_draft(draft=draft, cache=weights.cache_root() / "kernels")
+            setup.append(f"{cpu.prepare_draft(draft, choice.setup, choice.kernel)}: {choice.why}")
         check_same_vocabulary(tokenizer, draft_tokenizer)
         pair = build_pair(name, target, draft, tokenizer, device)
         pair.setup = "; ".join(setup) or f"target and draft in {gpu.model_dtype(device)} on {device.type}"
+    if pair.device.type == "cpu":
+        say("Checking whether the draft can catch up in one call")
+        pair.draft_row_exact = cpu.draft_rows_exact(pair.draft)
+        pair.setup += ("; draft reads a round's backlog in one call (row-exact)" if pair.draft_row_exact
+                       else "; draft reads its backlog one token per call (not row-exact)")
     if gpu.warms_up(pair.device):
         say("Warming up both models")
         warm_up(pair)

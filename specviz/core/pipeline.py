@@ -202,7 +202,8 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
     greedy = request.temperature <= 0
     comparison = Comparison(preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens,
                             baseline=None, traces=[], temperature=request.temperature,
-                            seed=request.seed if not greedy else None, prompt_tokens=len(prompt_ids))
+                            seed=request.seed if not greedy else None, prompt_tokens=len(prompt_ids),
+                            draft_row_exact=pair.draft_row_exact)
     oracle: Oracle | None = None
 
     def out_of_time() -> bool:

@@ -238,26 +238,55 @@ class Entropy(Policy):
         return f"entropy h={self.max_entropy:g}"
 
 
+# The most committed tokens a row-exact draft reads in one catch-up call (engine.Drafter): what
+# every row-exact draft set-up promises (cpu.ROW_SIZES's largest, the bundled int8 draft's
+# row-by-row products).
+CATCH_UP_ROWS = 32
+
+
 @dataclass(frozen=True)
 class PassPrices:
-    """What a round costs on the machine at hand, in milliseconds: a draft call, and the target's
-    pass over a window of 1, 2, ... new tokens (`target_ms[w - 1]`; past the last, its slope)."""
+    """What a round costs on the machine at hand, in milliseconds: a draft call, the target's
+    pass over a window of 1, 2, ... new tokens (`target_ms[w - 1]`; past the last, its slope), and,
+    for a draft that reads a round's backlog of committed tokens in one call (engine.Drafter), that
+    call over 1, 2, ... tokens (`catch_up_ms`; empty: the draft reads them one call each)."""
 
     draft_call_ms: float
     target_ms: tuple[float, ...]
+    catch_up_ms: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.target_ms or not all(ms > 0 for ms in (self.draft_call_ms, *self.target_ms)):
+        if not self.target_ms or not all(ms > 0 for ms in (self.draft_call_ms, *self.target_ms, *self.catch_up_ms)):
             raise SpecVizError("Pass prices must be positive milliseconds, with at least a one-token pass.")
 
     def verify_ms(self, window: int) -> float:
-        if window <= len(self.target_ms):
-            return self.target_ms[max(1, window) - 1]
-        slope = self.target_ms[-1] - self.target_ms[-2] if len(self.target_ms) > 1 else 0.0
-        return self.target_ms[-1] + max(0.0, slope) * (window - len(self.target_ms))
+        return _along(self.target_ms, window)
+
+    def catch_up(self, tokens: int) -> float:
+        """The draft reading `tokens` committed tokens at a round's start (the last of them gives
+        the first draft token's logits), in calls of at most len(catch_up_ms) tokens."""
+        if not self.catch_up_ms:
+            return tokens * self.draft_call_ms
+        whole, rest = divmod(tokens, len(self.catch_up_ms))
+        return whole * self.catch_up_ms[-1] + (self.catch_up_ms[rest - 1] if rest else 0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"draft_call_ms": self.draft_call_ms, "target_ms": list(self.target_ms)}
+        out: dict[str, Any] = {"draft_call_ms": self.draft_call_ms, "target_ms": list(self.target_ms)}
+        if self.catch_up_ms:
+            out["catch_up_ms"] = list(self.catch_up_ms)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PassPrices:
+        return cls(float(data["draft_call_ms"]), tuple(data["target_ms"]), tuple(data.get("catch_up_ms", ())))
+
+
+def _along(curve: tuple[float, ...], count: int) -> float:
+    """curve[count - 1], or past its end its last step's slope (never falling)."""
+    if count <= len(curve):
+        return curve[max(1, count) - 1]
+    slope = curve[-1] - curve[-2] if len(curve) > 1 else 0.0
+    return curve[-1] + max(0.0, slope) * (count - len(curve))
 
 
 @dataclass(frozen=True)
@@ -290,11 +319,15 @@ class CostAware(Policy):
     token is not worth it, the round drafts nothing, which is plain decoding, as it should be where
     a draft costs as much as the target.
 
-    The draft reads every committed token once, in its drafting or in catch-up calls at a round's
-    start (engine.Drafter): a backlog left by earlier rounds is paid whenever drafting resumes, so
-    it is the price of keeping the draft at all, not of this round's first token. It is counted in
-    the run's rate, not in the decision (counted in the decision it grew with every plain round
-    until drafting never paid again: measured on the real pair, 91 target passes of 96 tokens).
+    The draft reads every committed token once, in its drafting or in a round's catch-up, and a
+    backlog left by plain rounds is paid when drafting resumes. Where the draft reads its backlog
+    in one call (a row-exact draft, engine.Drafter), that call is what the round's first token
+    costs (`PassPrices.catch_up`): a little more than one call, and it is the price the clock pays
+    (on the bundled int8 pair, a one-token round after a fully accepted one reads two tokens: 31 ms,
+    not the 21 ms of a one-token call, and priced at 21 ms the rule lost 5-11% to plain decoding).
+    Where the draft reads one call per token the backlog is counted in the run's rate only: in the
+    decision it grew with every plain round until drafting never paid again (measured on the real
+    pair with such a draft, 91 target passes of 96 tokens).
 
     A round that drafts nothing learns nothing, so an estimate left low by a few early rejections
     would keep the rule plain for good. The first token's chance is therefore taken optimistically
@@ -377,8 +410,13 @@ class CostAware(Policy):
     def start_round(self, position: int) -> int:
         self.position, self.alive = position, 1.0
         self.decisions.append([])
-        cost = self.prices.draft_call_ms + self.prices.verify_ms(2) - self.prices.verify_ms(1)
+        cost = self.first_call_ms(position) + self.prices.verify_ms(2) - self.prices.verify_ms(1)
         return self.max_tokens if self.worth(self.first_acceptance(), cost, 1) else 0
+
+    def first_call_ms(self, position: int) -> float:
+        """What the draft pays for a round's first token: where it reads its backlog in one call,
+        that call (see the class's docstring); else one call, the backlog counted in the run's rate."""
+        return self.prices.catch_up(position - self.fed) if self.prices.catch_up_ms else self.prices.draft_call_ms
 
     def keep_drafting(self, step: DraftStep) -> bool:
         chance = self.acceptance(step.prob)
@@ -392,8 +430,9 @@ class CostAware(Policy):
             b = min(self.BINS - 1, max(0, int(prob * self.BINS)))
             self.judged_in_bin[b] += 1
             self.accepted_in_bin[b] += i < accepted
-        catch_up = max(0, self.position - self.fed - 1) if drafted else 0
-        self.time_ms += self.prices.draft_call_ms * (drafted + catch_up) + self.prices.verify_ms(drafted + 1)
+        if drafted:  # the backlog since the draft last read (its first call gives the first token), then a call per token
+            self.time_ms += self.prices.catch_up(self.position - self.fed) + self.prices.draft_call_ms * (drafted - 1)
+        self.time_ms += self.prices.verify_ms(drafted + 1)
         self.tokens += accepted + 1
         self.plain_rounds = 0 if drafted else self.plain_rounds + 1
         if drafted:

@@ -222,6 +222,9 @@ class Comparison:
     oracle_s: float = 0.0  # seconds spent finding the oracle's ideal (draft passes along the answer)
     # Where and when a stored comparison was computed (date, machine, versions), for showing it later.
     provenance: dict[str, str] | None = None
+    # The draft read each round's backlog in one call (a row-exact draft, engine.Drafter), not one
+    # call per token: how the what-if replay counts its passes.
+    draft_row_exact: bool = False
 
     def speedup(self, trace: Trace) -> float | None:
         """Target-only wall time over the trace's; None until the baseline has run."""
@@ -263,6 +266,7 @@ class Comparison:
             "oracle_reference": self.oracle_reference,
             "oracle_s": self.oracle_s,
             "provenance": self.provenance,
+            "draft_row_exact": self.draft_row_exact,
             "baseline": None if self.baseline is None else {
                 "token_ids": self.baseline.token_ids,
                 "text": self.baseline.text,
@@ -337,7 +341,7 @@ class Comparison:
                    seed=data.get("seed"), prompt_tokens=int(data.get("prompt_tokens", 0)),
                    oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)),
                    oracle_reference=data.get("oracle_reference"), provenance=data.get("provenance"),
-                   oracle_s=float(data.get("oracle_s") or 0.0),
+                   oracle_s=float(data.get("oracle_s") or 0.0), draft_row_exact=bool(data.get("draft_row_exact", False)),
                    draft_along_reference=DraftAlongReference(**along) if (along := data.get(
                        "draft_along_reference")) else None)
 

@@ -380,7 +380,7 @@ def rule_rounds(trace: Trace | None) -> list[RuleRound]:
     recovers exactly what it weighed in every round, with no model (tested against the run)."""
     if trace is None or trace.policy != "costaware" or "prices" not in trace.params:
         return []
-    prices = PassPrices(trace.params["prices"]["draft_call_ms"], tuple(trace.params["prices"]["target_ms"]))
+    prices = PassPrices.from_dict(trace.params["prices"])
     rule = CostAware(prices, trace.params.get("max_tokens", 20))
     out = []
     for r in trace.rounds:

@@ -44,7 +44,7 @@ def replayed(run: SavedRun, threshold: float, costs: PassCosts) -> tuple[int, in
     if c.draft_along_reference is None or c.baseline is None:
         raise ValueError(f"{c.prompt[:40]!r}: a replay needs a whole greedy run")
     target, draft = replay_passes(Dynamic(threshold), c.reference_ids(), c.draft_along_reference, c.max_new_tokens,
-                                  run.eos_ids, observations(c), c.prompt_tokens)
+                                  run.eos_ids, observations(c), c.prompt_tokens, c.draft_row_exact)
     return target, draft, costs.modeled_time(target, draft, c.prompt_tokens)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..core.policies import DraftStep, Dynamic, Policy, Static
+from ..core.policies import CATCH_UP_ROWS, DraftStep, Dynamic, Policy, Static
 from ..core.trace import Comparison, DraftAlongReference
 from .costs import PassCosts
 
@@ -76,9 +76,10 @@ def observations(comparison: Comparison) -> Observations:
 
 def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReference, max_new_tokens: int,
                   eos_ids: Iterable[int] = (), seen: Observations | None = None,
-                  prompt_tokens: int = 2) -> tuple[int, int]:
+                  prompt_tokens: int = 2, row_exact: bool = False) -> tuple[int, int]:
     """Target and draft passes `policy` needs to produce `reference` after a prompt of
-    `prompt_tokens` tokens, from the draft table and whatever real rounds were observed."""
+    `prompt_tokens` tokens, from the draft table and whatever real rounds were observed; a
+    `row_exact` draft reads each round's backlog in calls of up to CATCH_UP_ROWS tokens."""
     eos = set(eos_ids)
     seen = seen or Observations({}, {})
     end = len(reference)
@@ -116,8 +117,10 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
         policy.end_round(drafted, accepted, probs)
         target_passes += 1
         if drafted:
-            # catch up to the round's start one token per call, then a call per draft token but the last
-            draft_passes += prefill_calls + (position - fed) + (drafted - 1)
+            # catch up to the round's start (one token per call, or in one call), then a call per draft token but the last
+            backlog = position - fed
+            catch_up = -(-backlog // CATCH_UP_ROWS) if row_exact else backlog
+            draft_passes += prefill_calls + catch_up + (drafted - 1)
             prefill_calls, fed = 0, position + min(accepted, drafted - 1)
         position += accepted + 1
     return target_passes, draft_passes
@@ -131,7 +134,7 @@ def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = Non
     seen = seen if seen is not None else observations(comparison)
     target_passes, draft_passes = replay_passes(policy, comparison.reference_ids(),
                                                 comparison.draft_along_reference, comparison.max_new_tokens,
-                                                eos_ids, seen, comparison.prompt_tokens)
+                                                eos_ids, seen, comparison.prompt_tokens, comparison.draft_row_exact)
     seconds = costs.modeled_time(target_passes, draft_passes, comparison.prompt_tokens)
     return Replay(policy.label, target_passes, draft_passes, seconds,
                   modeled_speedup(comparison, target_passes, draft_passes, costs))
