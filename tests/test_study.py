@@ -308,7 +308,7 @@ def test_study_runs_the_modes_it_is_given_and_says_what_ran(tmp_path, restore_th
         saved = study.load_comparison(study.comparison_path(out, record.preset, record.suite, record.prompt_id, 16))
         traces = {t.policy: t for t in saved.comparison.traces}
         prices = traces["costaware"].params["prices"]
-        rules = {"costaware": CostAware(PassPrices(prices["draft_call_ms"], tuple(prices["target_ms"]))),
+        rules = {"costaware": CostAware(PassPrices.from_dict(prices)),
                  "dynamic": Dynamic(0.4)}
         for policy, rule in rules.items():
             predicted = replay(saved.comparison, rule, eos_ids=saved.eos_ids)
