@@ -53,7 +53,7 @@ def main() -> None:
                     policy = make_policy(spec, oracle)
                 else:
                     policy = make_policy(spec)
-                trace = generate(pair, ids, policy, args.max_new_tokens, feeding=feeding)
+                trace = generate(pair, ids, policy, args.max_new_tokens, make_drafter=feeding.for_pair)
                 first = first or trace
                 row = totals[(trace.label, feeding_name)]
                 row[0] += trace.drafted

@@ -31,7 +31,7 @@ def test_parity_with_transformers(preset, mode):
     spec = parse_modes(mode)[0]
     for prompt in (PROMPTS["code"], PROMPTS["chat"]):
         ids = encode_prompt(pair, prompt)
-        ours = generate(pair, ids, make_policy(spec), 32, feeding=TransformersDrafter)
+        ours = generate(pair, ids, make_policy(spec), 32, make_drafter=TransformersDrafter.for_pair)
         theirs = hf_assisted(pair, ids, spec, 32)
         assert ours.token_ids == theirs.token_ids
         assert ours.target_passes == theirs.target_calls

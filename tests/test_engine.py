@@ -90,7 +90,7 @@ def test_should_stop_ends_the_run_between_rounds(tiny_pair):
 def test_parity_with_transformers_assisted_generation(tiny_pair, spec, prompt):
     theirs = hf_assisted(tiny_pair, prompt, spec, 30)
     # Fed as transformers feeds its assistant: the same tokens and passes of both models.
-    same_feeding = generate(tiny_pair, prompt, make_policy(spec), 30, feeding=TransformersDrafter)
+    same_feeding = generate(tiny_pair, prompt, make_policy(spec), 30, make_drafter=TransformersDrafter.for_pair)
     assert same_feeding.token_ids == theirs.token_ids
     assert same_feeding.target_passes == theirs.target_calls
     assert same_feeding.draft_passes == theirs.draft_calls
@@ -149,7 +149,7 @@ def test_the_transformers_feeding_reads_what_that_transformers_reads(tiny_pair, 
         lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
     try:
         prompt = PROMPTS[3]
-        trace = generate(tiny_pair, prompt, Static(2), 40, feeding=TransformersDrafter)
+        trace = generate(tiny_pair, prompt, Static(2), 40, make_drafter=TransformersDrafter.for_pair)
     finally:
         hook.remove()
     assert len(lengths) == trace.draft_passes == trace.drafted  # one call per drafted token, no catch-up

@@ -189,7 +189,7 @@ class LivePrices:
                 checked = r.lookahead + 1
                 ratio = r.verify_s * 1000 / self.measured.verify_ms(checked)
                 (self.one_token if checked == 1 else self.window).append(ratio)
-            if r.lookahead:
+            if r.lookahead and r.draft_passes:  # a lookup draft's rounds make no draft call
                 # What the round's draft calls cost at the measured prices: its catch-up (one call
                 # or one per token, engine.Drafter) and a call per further draft token.
                 expected = self.measured.catch_up(r.position - fed) + self.measured.draft_call_ms * (r.lookahead - 1)

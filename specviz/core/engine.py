@@ -2,8 +2,9 @@
 
 One round, for every policy:
 
-    1. draft   - the draft model proposes tokens one forward pass at a time, until the
-                 policy's budget is spent or the policy says stop (or it proposes EOS);
+    1. draft   - the drafter proposes tokens until the policy's budget is spent or the policy
+                 says stop (or it proposes EOS): a draft model one forward pass at a time
+                 (`Drafter`), or a lookup that copies from the text so far (`LookupDrafter`);
     2. verify  - the target scores the whole proposal in one forward pass;
     3. accept  - greedy: the longest prefix the target agrees with, then the target's own
                  token; sampling: rejection sampling, which keeps the target's distribution;
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from . import lookup
+from .lookup import LookupSettings
 from .policies import CATCH_UP_ROWS, DraftStep, Policy
 from .trace import Baseline, Pending, Round, Trace
 
@@ -100,6 +103,27 @@ class Drafter:
         self.passes = 0
         self.prefill_s = 0.0  # the prompt's prefill call: a cost per prompt, not per drafted token
 
+    @classmethod
+    def for_pair(cls, pair: ModelPair, prompt_ids: list[int]) -> Drafter:
+        return cls(pair.draft, pair.vocab_size, pair.device, prompt_ids, row_exact=pair.draft_row_exact)
+
+    def propose(self, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+                eos_ids: frozenset[int]) -> Proposal:
+        """Up to `budget` tokens, one draft forward pass each (plus the catch-up calls)."""
+        proposal = Proposal()
+        if budget <= 0:
+            return proposal
+        logits = self.start(sequence)
+        for index in range(budget):
+            distribution = sampler.distribution(logits)
+            token = sampler.pick(distribution)
+            step = DraftStep(index, token, *describe(distribution, token))
+            proposal.add(step, distribution)
+            if token in eos_ids or not policy.keep_drafting(step) or index + 1 == budget:
+                break
+            logits = self.next(token)
+        return proposal
+
     def read(self, token_ids: list[int], logits: bool = False) -> torch.Tensor | None:
         """One forward call over `token_ids`; the logits after the last of them if asked for."""
         self.passes += 1
@@ -151,6 +175,48 @@ class TransformersDrafter(Drafter):
         return self.read(sequence[len(self.tokens):], logits=True)
 
 
+class LookupDrafter:
+    """Proposes by prompt lookup (lookup.py): copies what followed the last n-gram's first earlier
+    occurrence. No model, no forward pass (`passes` stays 0); its time is measured all the same.
+    For speculative sampling its distribution is all on the copied token, which rejection
+    sampling accepts with the target's probability for it: the target's distribution is kept."""
+
+    def __init__(self, settings: LookupSettings, vocab_size: int, device: torch.device):
+        self.settings = settings
+        self.vocab_size = vocab_size
+        self.device = device
+        self.passes = 0
+        self.prefill_s = 0.0
+
+    @classmethod
+    def using(cls, settings: LookupSettings) -> Callable[[ModelPair, list[int]], LookupDrafter]:
+        """A factory for `speculate`'s `drafter`."""
+        return lambda pair, prompt_ids: cls(settings, pair.vocab_size, pair.device)
+
+    def propose(self, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+                eos_ids: frozenset[int]) -> Proposal:
+        proposal = Proposal()
+        if budget <= 0:
+            return proposal
+        found = lookup.propose(sequence, self.settings, eos_ids)
+        proposal.source = found.source
+        for index, (token, prob, entropy) in enumerate(zip(found.ids[:budget], found.probs, found.entropies)):
+            step = DraftStep(index, token, prob, entropy)
+            proposal.add(step, None if sampler.greedy else self._certain(token))
+            if not policy.keep_drafting(step):
+                break
+        return proposal
+
+    def _certain(self, token: int) -> torch.Tensor:
+        distribution = torch.zeros(self.vocab_size, device=self.device)
+        distribution[token] = 1.0
+        return distribution
+
+
+# What `speculate` calls to make a run's drafter, given the pair and the prompt.
+MakeDrafter = Callable[["ModelPair", list[int]], "Drafter | LookupDrafter"]
+
+
 @functools.cache
 def _transformers_rereads_two() -> bool:
     """transformers 5.25 changed how assisted generation rolls back its assistant's cache: from
@@ -199,6 +265,14 @@ class Proposal:
     probs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
     distributions: list[torch.Tensor] = field(default_factory=list)
+    source: int | None = None  # a lookup's: where in the text its tokens were copied from
+
+    def add(self, step: DraftStep, distribution: torch.Tensor | None) -> None:
+        self.ids.append(step.token_id)
+        self.probs.append(step.prob)
+        self.entropies.append(step.entropy)
+        if distribution is not None:
+            self.distributions.append(distribution)
 
 
 def describe(distribution: torch.Tensor, token: int) -> tuple[float, float]:
@@ -206,25 +280,10 @@ def describe(distribution: torch.Tensor, token: int) -> tuple[float, float]:
     return float(distribution[token]), float(torch.special.entr(distribution).sum())
 
 
-def draft(drafter: Drafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+def draft(drafter: Drafter | LookupDrafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
           eos_ids: frozenset[int]) -> Proposal:
-    """Propose up to `budget` tokens, one draft forward pass each (plus the catch-up calls)."""
-    proposal = Proposal()
-    if budget <= 0:
-        return proposal
-    logits = drafter.start(sequence)
-    for index in range(budget):
-        distribution = sampler.distribution(logits)
-        token = sampler.pick(distribution)
-        step = DraftStep(index, token, *describe(distribution, token))
-        proposal.ids.append(token)
-        proposal.probs.append(step.prob)
-        proposal.entropies.append(step.entropy)
-        proposal.distributions.append(distribution)
-        if token in eos_ids or not policy.keep_drafting(step) or index + 1 == budget:
-            break
-        logits = drafter.next(token)
-    return proposal
+    """Propose up to `budget` tokens for the target to check."""
+    return drafter.propose(sequence, budget, policy, sampler, eos_ids)
 
 
 def verify(verifier: CachedModel, sequence: list[int], proposal: list[int]) -> torch.Tensor:
@@ -272,7 +331,7 @@ def _commit(proposal: list[int], accepted: int, target_token: int, room: int,
 
 def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
               temperature: float = 0.0, seed: int | None = None,
-              feeding: type[Drafter] = Drafter) -> Iterator[Trace]:
+              make_drafter: MakeDrafter = Drafter.for_pair) -> Iterator[Trace]:
     """Speculative decoding of one prompt under one lookahead policy, one round at a time.
 
     Yields the same `Trace` before the first round, again after each draft step (with the
@@ -281,12 +340,13 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
     deciding as they happen. Stop by no longer asking for the next one: between rounds
     (`trace.pending` is None) the trace then keeps `stop_reason="stopped"` and every pass it
     counts. `wall_s` counts this function's own time only, not the caller's between yields.
-    `feeding` says how the draft reads tokens (`Drafter`, or `TransformersDrafter` to reproduce
-    transformers' passes exactly).
+    `make_drafter` makes what proposes the tokens: the pair's draft model (`Drafter.for_pair`, or
+    `TransformersDrafter.for_pair` to reproduce transformers' passes exactly), or a lookup in the
+    text (`LookupDrafter.using(settings)`).
     """
     started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)
-    drafter = feeding(pair.draft, pair.vocab_size, pair.device, prompt_ids, row_exact=pair.draft_row_exact)
+    drafter = make_drafter(pair, prompt_ids)
     verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
     sequence = list(prompt_ids)
     trace = Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=[], rounds=[], wall_s=0.0,
@@ -333,7 +393,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
             draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
             accepted=accepted, target_id=target_token if len(committed) > accepted else None,
             draft_passes=drafter.passes - passes_before, draft_s=draft_s, verify_s=t2 - t1, threshold=threshold,
-            draft_prefill_s=drafter.prefill_s - prefill_before,
+            draft_prefill_s=drafter.prefill_s - prefill_before, draft_source=proposal.source,
         ))
         done = hit_eos or len(answer) >= max_new_tokens
         if done:
@@ -346,9 +406,9 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
 
 def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
              temperature: float = 0.0, seed: int | None = None,
-             should_stop: Callable[[], bool] | None = None, feeding: type[Drafter] = Drafter) -> Trace:
+             should_stop: Callable[[], bool] | None = None, make_drafter: MakeDrafter = Drafter.for_pair) -> Trace:
     """`speculate` run to the end, or until `should_stop()` says so between rounds."""
-    return _run(speculate(pair, prompt_ids, policy, max_new_tokens, temperature, seed, feeding), should_stop)
+    return _run(speculate(pair, prompt_ids, policy, max_new_tokens, temperature, seed, make_drafter), should_stop)
 
 
 def decode_target_only(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int, temperature: float = 0.0,

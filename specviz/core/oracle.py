@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from .engine import Drafter, Sampler, describe
+from .lookup import LookupSettings, propose
 from .policies import Oracle
 from .trace import DraftAlongReference
 
@@ -85,3 +86,54 @@ def finish(steps: Generator[Any, None, T]) -> T:
             next(steps)
         except StopIteration as done:
             return done.value
+
+
+# ---- the lookup draft ---------------------------------------------------------------------
+
+
+def lookup_ideal(prompt_ids: list[int], reference: list[int], settings: LookupSettings,
+                 eos_ids: frozenset[int] = frozenset()) -> Generator[int, None, list[int]]:
+    """At each answer position, how many tokens of the lookup's proposal there the target would
+    accept (the generator's return value); yields the position reached every few positions.
+    A lookup's proposal is a function of the text before the round, so this is what a round
+    starting there meets."""
+    ideal = []
+    for position in range(len(reference)):
+        proposed = propose(list(prompt_ids) + reference[:position], settings, eos_ids).ids
+        agreed = 0
+        while agreed < len(proposed) and position + agreed < len(reference) \
+                and proposed[agreed] == reference[position + agreed]:
+            agreed += 1
+        ideal.append(agreed)
+        if (position + 1) % PROGRESS_EVERY == 0 or position + 1 == len(reference):
+            yield position + 1
+    return ideal
+
+
+def fewest_rounds(ideal: list[int]) -> list[int]:
+    """How many tokens to draft at each position so that the answer takes the fewest rounds.
+
+    A round at p can end anywhere from p + 1 to p + ideal[p] + 1, and no policy can do better.
+    A model draft's guess at a position does not depend on where the round began, so
+    p + ideal[p] never falls as p grows and drafting ideal[p] is always best. A lookup's proposal
+    does depend on it: stopping short can start the next round where a longer copy matches. So a
+    shortest path over positions, preferring the longest draft among the best."""
+    end = len(ideal)
+    rounds_from = [0] * (end + 1)
+    plan = [0] * end
+    for position in range(end - 1, -1, -1):
+        best = None
+        for drafted in range(min(ideal[position], end - position - 1), -1, -1):
+            rounds = 1 + rounds_from[position + drafted + 1]
+            if best is None or rounds < best:
+                best, plan[position] = rounds, drafted
+        rounds_from[position] = best
+    return plan
+
+
+def lookup_oracle_search(prompt_ids: list[int], reference: list[int], settings: LookupSettings,
+                         eos_ids: frozenset[int] = frozenset()) -> Generator[int, None, tuple[Oracle, list[int]]]:
+    """The oracle for a greedy run with the lookup draft, and the ideal lookahead at every
+    position, as the return value; yields the position reached, as `lookup_ideal` does."""
+    ideal = yield from lookup_ideal(prompt_ids, reference, settings, eos_ids)
+    return Oracle(fewest_rounds(ideal)), ideal

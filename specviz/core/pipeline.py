@@ -17,13 +17,18 @@ from typing import Any, TypeVar
 from ..errors import SpecVizError
 from . import gpu
 from .costcurve import pass_prices
-from .engine import decode_target_only, speculate
+from .engine import Drafter, LookupDrafter, decode_target_only, speculate
+from .lookup import LookupSettings
 from .models import ModelPair, encode_prompt, get_pair
-from .oracle import oracle_search
-from .policies import ModeSpec, Oracle, Policy, check_modes, make_policy, parse_modes
+from .oracle import lookup_oracle_search, oracle_search
+from .policies import ModeSpec, Oracle, PassPrices, Policy, check_modes, make_policy, parse_modes
 from .trace import Baseline, Comparison, Round, Trace, first_difference
 
 MAX_TEMPERATURE = 2.0
+# What the cost-aware rule is told a lookup's step costs: a measured proposal takes well under
+# a millisecond (microseconds to a few hundred, with the context's length), against tens of
+# milliseconds for a target pass on the smallest pair.
+LOOKUP_STEP_MS = 0.05
 T = TypeVar("T")
 
 
@@ -74,6 +79,7 @@ class Request:
     temperature: float = 0.0
     seed: int | None = None
     chat: bool = True
+    lookup: LookupSettings | None = None  # draft by prompt lookup; None: the pair's draft model
 
     @property
     def runs(self) -> int:
@@ -82,7 +88,8 @@ class Request:
 
 
 def make_request(prompt: str, modes: str | list[ModeSpec], max_new_tokens: int, temperature: float = 0.0,
-                 seed: int | None = None, chat: bool = True, limits: Limits | None = None) -> Request:
+                 seed: int | None = None, chat: bool = True, limits: Limits | None = None,
+                 lookup: LookupSettings | None = None) -> Request:
     """Check user input before any model work; raise SpecVizError with a readable message."""
     limits = limits or Limits.from_env()
     if isinstance(prompt, str) and "\x00" in prompt:
@@ -100,7 +107,7 @@ def make_request(prompt: str, modes: str | list[ModeSpec], max_new_tokens: int, 
         raise SpecVizError(f"The seed must be a whole number of 0 or more, got {seed!r}.")
     specs = parse_modes(modes) if isinstance(modes, str) else list(modes)
     check_modes(specs)
-    return Request(prompt, specs, int(max_new_tokens), float(temperature), seed, chat)
+    return Request(prompt, specs, int(max_new_tokens), float(temperature), seed, chat, lookup)
 
 
 def prompt_ids_for(pair: ModelPair, request: Request, limits: Limits | None = None) -> list[int]:
@@ -203,7 +210,9 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
     comparison = Comparison(preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens,
                             baseline=None, traces=[], temperature=request.temperature,
                             seed=request.seed if not greedy else None, prompt_tokens=len(prompt_ids),
-                            draft_row_exact=pair.draft_row_exact)
+                            draft_row_exact=pair.draft_row_exact,
+                            lookup=request.lookup.to_dict() if request.lookup else None)
+    make_drafter = LookupDrafter.using(request.lookup) if request.lookup else Drafter.for_pair
     oracle: Oracle | None = None
 
     def out_of_time() -> bool:
@@ -221,7 +230,7 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         context = list(prompt_ids)
         labelled = 0
         for trace in speculate(pair, prompt_ids, policy, request.max_new_tokens, request.temperature,
-                               request.seed):
+                               request.seed, make_drafter):
             for r in trace.rounds[labelled:]:
                 context = label_round(pair.tokenizer, context, r)
             if comparison.oracle_ideal is not None:
@@ -241,9 +250,16 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         message = "Finding the oracle's ideal lookahead along the target's answer"
         say(message)
         yield Update(comparison, None, message)
-        search = oracle_search(pair, prompt_ids, reference)
-        (oracle, ideal, along), comparison.oracle_s = yield from _relay(
-            search, lambda position: Update(comparison, None, f"{message}: {position} of {len(reference)} tokens"))
+        def report(position: int) -> Update:
+            return Update(comparison, None, f"{message}: {position} of {len(reference)} tokens")
+
+        if request.lookup:
+            search = lookup_oracle_search(prompt_ids, reference, request.lookup, pair.eos_token_ids)
+            (oracle, ideal), comparison.oracle_s = yield from _relay(search, report)
+            along = None  # the what-if replay of a lookup draft is not built yet
+        else:
+            (oracle, ideal, along), comparison.oracle_s = yield from _relay(
+                oracle_search(pair, prompt_ids, reference), report)
         comparison.oracle_ideal, comparison.draft_along_reference = ideal, along
         comparison.oracle_reference = source
         for t in comparison.traces:
@@ -272,7 +288,10 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
             pass_prices(pair)
             for trace in comparison.traces:  # the runs before it, timed on this very prompt
                 learn_prices(trace)
-        return make_policy(spec, prices=pass_prices(pair))
+        prices = pass_prices(pair)
+        if request.lookup:
+            prices = PassPrices(LOOKUP_STEP_MS, prices.target_ms)
+        return make_policy(spec, prices=prices)
 
     oracle_specs = [s for s in request.modes if s.policy == "oracle"] if greedy else []
     for spec in [s for s in request.modes if s.policy != "oracle"]:

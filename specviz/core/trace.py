@@ -38,6 +38,7 @@ class Round:
     draft_prefill_s: float = 0.0  # of draft_s: the draft's prefill of the prompt (first drafting round)
     threshold: float | None = None  # confidence threshold in force, for threshold policies
     oracle_ideal: int | None = None  # the oracle's ideal lookahead at `position` (greedy runs)
+    draft_source: int | None = None  # a lookup draft's: where in the text its tokens were copied from
     draft_texts: list[str] = field(default_factory=list)  # display text of each draft token
     target_text: str | None = None
 
@@ -225,6 +226,8 @@ class Comparison:
     # The draft read each round's backlog in one call (a row-exact draft, engine.Drafter), not one
     # call per token: how the what-if replay counts its passes.
     draft_row_exact: bool = False
+    # The draft was a prompt lookup with these settings (lookup.LookupSettings), not the pair's model.
+    lookup: dict[str, int] | None = None
 
     def speedup(self, trace: Trace) -> float | None:
         """Target-only wall time over the trace's; None until the baseline has run."""
@@ -253,7 +256,7 @@ class Comparison:
     # ---- export -------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "preset": self.preset,
             "prompt": self.prompt,
             "max_new_tokens": self.max_new_tokens,
@@ -277,6 +280,9 @@ class Comparison:
             },
             "modes": [self._mode_dict(t) for t in self.traces],
         }
+        if self.lookup is not None:  # a model draft's comparison: the file as before lookup drafts
+            out["lookup"] = self.lookup
+        return out
 
     def _mode_dict(self, t: Trace) -> dict[str, Any]:
         return {
@@ -342,6 +348,7 @@ class Comparison:
                    oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)),
                    oracle_reference=data.get("oracle_reference"), provenance=data.get("provenance"),
                    oracle_s=float(data.get("oracle_s") or 0.0), draft_row_exact=bool(data.get("draft_row_exact", False)),
+                   lookup=data.get("lookup"),
                    draft_along_reference=DraftAlongReference(**along) if (along := data.get(
                        "draft_along_reference")) else None)
 
@@ -355,6 +362,8 @@ _ROUND_FIELDS = [f.name for f in fields(Round)]
 
 def _round_dict(r: Round) -> dict[str, Any]:
     d = asdict(r)
+    if d["draft_source"] is None:  # a model draft's rounds: files as before lookup drafts existed
+        del d["draft_source"]
     d["lookahead"] = r.lookahead
     d["target_kind"] = r.target_kind
     return d

@@ -420,7 +420,7 @@ def pair_mode(pair: ModelPair, prompt_ids: list[int], spec: ModeSpec | None, max
         if spec is None:
             b = target_only(pair, prompt_ids, max_new_tokens)
             return b.wall_s, (b.target_passes, 0, b.token_ids)
-        t = generate(pair, prompt_ids, make_policy(spec), max_new_tokens, feeding=TransformersDrafter)
+        t = generate(pair, prompt_ids, make_policy(spec), max_new_tokens, make_drafter=TransformersDrafter.for_pair)
         return t.wall_s, (t.target_passes, t.draft_passes, t.token_ids)
 
     def theirs() -> tuple[float, tuple[int, int, list[int]]]:

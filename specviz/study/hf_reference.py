@@ -112,3 +112,17 @@ def hf_greedy(pair: ModelPair, prompt_ids: list[int], max_new_tokens: int) -> HF
                                       max_new_tokens=max_new_tokens, **_stop_tokens(pair))
         wall_s = time.perf_counter() - started
     return HFRun(output[0, len(prompt_ids):].tolist(), target_calls[0], 0, wall_s)
+
+
+def hf_prompt_lookup(pair: ModelPair, prompt_ids: list[int], num_tokens: int, max_new_tokens: int,
+                     max_ngram: int = 2) -> HFRun:
+    """Greedy `generate(prompt_lookup_num_tokens=num_tokens)`: transformers' prompt lookup draft
+    (SpecViz's lookup draft with static k = num_tokens); counts the target's calls."""
+    inputs = torch.tensor([prompt_ids], device=pair.device)
+    with _counting(pair.target) as target_calls, torch.inference_mode():
+        started = time.perf_counter()
+        output = pair.target.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=False,
+                                      prompt_lookup_num_tokens=num_tokens, max_matching_ngram_size=max_ngram,
+                                      max_new_tokens=max_new_tokens, **_stop_tokens(pair))
+        wall_s = time.perf_counter() - started
+    return HFRun(output[0, len(prompt_ids):].tolist(), target_calls[0], 0, wall_s)
