@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from .core import lookup
 from .core.models import ModelLoadError, get_pair
-from .core.lookup import LookupSettings
 from .core.pipeline import Limits, compare, make_request
 from .core.policies import DEFAULT_MODES, MAX_MODES
 from .core.presets import DEFAULT_PRESET, PRESETS, REAL_PAIR_PRESET, get_preset
@@ -70,7 +70,7 @@ def cmd_setup_real_pair(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     prompt = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else args.prompt
     request = make_request(prompt, args.modes, args.max_new_tokens, args.temperature, args.seed,
-                           chat=not args.no_chat_template, lookup=lookup_settings(args))
+                           chat=not args.no_chat_template, lookup=lookup.from_arguments(args))
     get_preset(args.preset)
     pair = get_pair(args.preset, progress=_stderr)
     # The per-request time budget protects a shared server; on the command line it applies only
@@ -107,24 +107,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def lookup_settings(args: argparse.Namespace) -> LookupSettings | None:
-    """The lookup draft's settings when `--draft lookup` asks for it; None: the pair's draft model."""
-    if args.draft != "lookup":
-        return None
-    return LookupSettings(max_ngram=args.lookup_ngram, max_tokens=args.lookup_tokens)
-
-
-def add_draft_options(parser: argparse.ArgumentParser) -> None:
-    defaults = LookupSettings()
-    parser.add_argument("--draft", choices=("model", "lookup"), default="model",
-                        help="what proposes the tokens: the pair's draft model (default), or prompt lookup, "
-                             "which copies what followed the last n-gram's first earlier occurrence")
-    parser.add_argument("--lookup-ngram", type=int, default=defaults.max_ngram,
-                        help=f"with --draft lookup: the longest n-gram to match (default {defaults.max_ngram})")
-    parser.add_argument("--lookup-tokens", type=int, default=defaults.max_tokens,
-                        help=f"with --draft lookup: the most tokens one lookup copies (default {defaults.max_tokens})")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specviz",
                                      description="Speculative decoding lookahead policies, side by side.")
@@ -144,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated: static:K, heuristic:K0, dynamic:THRESHOLD[:MAX], oracle, "
                         f"adaptive:T0[:MAX], entropy:H[:MAX], costaware[:MAX]; at most {MAX_MODES}, each once, as in the app and "
                         f"its API (default {DEFAULT_MODES})")
-    add_draft_options(c)
+    lookup.add_arguments(c)
     c.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     c.add_argument("--seed", type=int, default=None, help="seed for sampling")
     c.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")

@@ -19,6 +19,7 @@ round starting there meets.
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -103,3 +104,24 @@ def _shares(text: list[int], found: list[int], size: int, copied: list[int]) -> 
         probs.append(counts[token] / len(present))
         entropies.append(sum(n / len(present) * math.log(len(present) / n) for n in counts.values()))
     return probs, entropies
+
+
+# ---- asked for on a command line (compare, study) -------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = LookupSettings()
+    parser.add_argument("--draft", choices=("model", "lookup"), default="model",
+                        help="what proposes the tokens: the pair's draft model (default), or prompt lookup, "
+                             "which copies what followed the last n-gram's first earlier occurrence")
+    parser.add_argument("--lookup-ngram", type=int, default=defaults.max_ngram,
+                        help=f"with --draft lookup: the longest n-gram to match (default {defaults.max_ngram})")
+    parser.add_argument("--lookup-tokens", type=int, default=defaults.max_tokens,
+                        help=f"with --draft lookup: the most tokens one lookup copies (default {defaults.max_tokens})")
+
+
+def from_arguments(args: argparse.Namespace) -> LookupSettings | None:
+    """The lookup draft's settings when `--draft lookup` asks for it; None: the pair's draft model."""
+    if args.draft != "lookup":
+        return None
+    return LookupSettings(max_ngram=args.lookup_ngram, max_tokens=args.lookup_tokens)

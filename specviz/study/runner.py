@@ -29,7 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..core import cpu
+from ..core import cpu, lookup
+from ..core.lookup import LookupSettings
 from ..core.policies import ModeSpec, parse_modes
 from ..core.trace import Comparison
 from ..errors import SpecVizError
@@ -223,8 +224,27 @@ def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     if not names:
         raise SpecVizError("--preset names no preset.")
     for name in names:
-        get_preset(name)  # unknown names fail here, before any work
+        get_preset(model_preset(name))  # unknown names fail here, before any work
     return names
+
+
+# A pair whose draft is a prompt lookup is studied as a pair of its own: "smollm2-135m-int8+lookup"
+# (transformers' settings) or "...+lookup-n3-k16". Its records, verdicts and report section are
+# apart from the model draft's, and it is timed by the wall clock (report.MODELED_PRESETS).
+LOOKUP_MARK = "+lookup"
+
+
+def study_name(preset: str, lookup: LookupSettings | None) -> str:
+    if lookup is None:
+        return preset
+    if lookup == LookupSettings():
+        return preset + LOOKUP_MARK
+    return f"{preset}{LOOKUP_MARK}-n{lookup.max_ngram}-k{lookup.max_tokens}"
+
+
+def model_preset(name: str) -> str:
+    """The model pair a studied pair's name stands for."""
+    return name.split(LOOKUP_MARK)[0]
 
 
 # ---- commands as anyone could type them -----------------------------------------------------
@@ -374,7 +394,10 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
         say(f"wrote {path} and {out / 'results.csv'}")
         return 0
 
-    presets = _parse_presets(args.preset) or STUDY_PRESETS
+    lookup_settings = lookup.from_arguments(args)
+    if lookup_settings is not None and on_ray is not None:
+        raise SpecVizError("--draft lookup runs in this process only: leave out --ray.")
+    presets = tuple(study_name(p, lookup_settings) for p in (_parse_presets(args.preset) or STUDY_PRESETS))
     max_new_tokens = args.max_new_tokens or 128
     out.mkdir(parents=True, exist_ok=True)
     store = ResultStore(out / "results.jsonl")
@@ -399,7 +422,7 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     if todo and on_ray is not None:
         left = _run_on_ray(todo, modes, max_new_tokens, on_ray, store, meta, invocation, started, say)
     elif todo:
-        _run(todo, modes, max_new_tokens, args.threads, store, meta, invocation, started, say)
+        _run(todo, modes, max_new_tokens, args.threads, store, meta, invocation, started, say, lookup_settings)
     invocation["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     invocation["wall_s"] = round(time.perf_counter() - started, 1)
     if todo:
@@ -410,7 +433,8 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
 
 
 def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens: int, threads: int | None,
-         store: ResultStore, meta: Meta, invocation: dict[str, Any], started: float, say: Callable[[str], None]) -> None:
+         store: ResultStore, meta: Meta, invocation: dict[str, Any], started: float, say: Callable[[str], None],
+         lookup_settings: LookupSettings | None = None) -> None:
     """Compute the prompts not done yet, one at a time, saving each as it finishes."""
     import torch
 
@@ -422,17 +446,21 @@ def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens
     start_invocation(meta, invocation, torch.get_num_threads())
     limits = _bench_limits()
     spent: list[float] = []
-    for preset in dict.fromkeys(job[0] for job in todo):
+    for name in dict.fromkeys(job[0] for job in todo):
         # One pair at a time, let go before the next: two pairs at once would double the memory.
         # What runs (precision, kernels) is chosen per machine at load: the records' figures need it.
+        preset = model_preset(name)
         pair = get_pair(preset, progress=say)
-        invocation.setdefault("setups", {})[preset], eos_ids = pair.setup, list(pair.eos_token_ids)
+        setup = pair.setup if lookup_settings is None else \
+            f"{pair.setup.split('; draft')[0]}; draft {lookup_settings.label}"
+        invocation.setdefault("setups", {})[name], eos_ids = setup, list(pair.eos_token_ids)
         del pair  # held here, release_pair below could not let it go
         meta.save()
-        for preset_, item, index in [job for job in todo if job[0] == preset]:
+        for preset_, item, index in [job for job in todo if job[0] == name]:
             t0 = time.perf_counter()
             # Through the door of model work (a GPU slot on a ZeroGPU Space), by the preset's name.
-            comparison = compare_preset(preset, make_request(item.prompt, modes, max_new_tokens, limits=limits), limits)
+            request = make_request(item.prompt, modes, max_new_tokens, limits=limits, lookup=lookup_settings)
+            comparison = compare_preset(preset, request, limits)
             seconds = time.perf_counter() - t0
             record_prompt(store, preset_, item, index, comparison, seconds, eos_ids, torch.get_num_threads())
             spent.append(seconds)
@@ -441,7 +469,7 @@ def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens
             meta.save()
             left = len(todo) - len(spent)
             flag = " (partial: time budget ran out; redone next run)" if comparison.partial else ""
-            say(f"[{len(spent)}/{len(todo)}] {preset} {item.suite} {item.id}: {seconds:.1f} s{flag}; "
+            say(f"[{len(spent)}/{len(todo)}] {name} {item.suite} {item.id}: {seconds:.1f} s{flag}; "
                 f"mean {statistics.fmean(spent):.1f} s/prompt, about {duration(statistics.fmean(spent) * left)} left")
         release_pair(preset)
 
@@ -489,6 +517,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                         "run's verdicts, the others linked")
     s.add_argument("--report", default=None, help="where to write the report (default OUT/STUDY.md)")
     s.add_argument("--limit", type=int, default=None, help="first N prompts of each suite (for tests)")
+    lookup.add_arguments(s)
     s.add_argument("--modes", default=None,
                    help=f"the policies run on every prompt, as in compare (default {STUDY_MODES}); a prompt "
                         "already in results.jsonl is not redone for another mode list (--force does)")
