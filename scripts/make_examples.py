@@ -8,6 +8,9 @@ are shown in the app as measured.
 
     python scripts/make_examples.py [--preset smollm2-135m-int8] [--max-new-tokens 128]
     python scripts/make_examples.py --preset qwen2.5-coder-1.5b   # after scripts/setup.sh --real-pair
+    python scripts/make_examples.py --only "Editing code (prompt lookup)"   # one example
+
+An example with `"draft": "lookup"` is computed with the lookup draft (transformers' settings).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import transformers
 
+from specviz.core.lookup import LookupSettings
 from specviz.core.models import get_pair
 from specviz.core.pipeline import Limits, compare, make_request
 from specviz.core.policies import DEFAULT_MODES
@@ -47,20 +51,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default=DEFAULT_PRESET, help="the preset whose examples to recompute")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--only", metavar="NAME", help="recompute only this example (its own preset)")
     args = parser.parse_args()
-    examples = [e for e in load_examples() if e.comparison_path is not None and e.preset == args.preset]
+    examples = [e for e in load_examples() if e.comparison_path is not None
+                and (e.name == args.only if args.only else e.preset == args.preset)]
+    if args.only and examples:
+        args.preset = examples[0].preset
     if not examples:
         raise SystemExit(f"no example of assets/examples.json belongs to {args.preset}")
     pair = get_pair(args.preset, progress=print)
     for example in examples:
-        request = make_request(example.prompt, DEFAULT_MODES, args.max_new_tokens)
+        lookup = LookupSettings() if example.draft == "lookup" else None
+        request = make_request(example.prompt, DEFAULT_MODES, args.max_new_tokens, lookup=lookup)
         comparison = compare(pair, request, Limits(time_budget_s=float("inf")))
         comparison.provenance = {
             "date": datetime.date.today().isoformat(),
             "machine": machine(),
-            "setup": pair.setup,
+            "setup": pair.setup if lookup is None else f"{pair.setup.split('; draft')[0]}; draft {lookup.label}",
             "versions": f"transformers {transformers.__version__}, python {platform.python_version()}",
-            "command": f"python scripts/make_examples.py --preset {args.preset}",
+            "command": (f"python scripts/make_examples.py --only {example.name!r}" if args.only
+                        else f"python scripts/make_examples.py --preset {args.preset}"),
         }
         lossless = all(t.lossless for t in comparison.traces)
         example.comparison_path.parent.mkdir(parents=True, exist_ok=True)

@@ -66,6 +66,10 @@ def test_an_example_opens_a_complete_comparison_without_any_model(modelless_app,
         # The model line follows the menu: it names the example's pair, not the one before it.
         page.wait_for_function("(preset) => document.querySelector('#model-status').innerText.includes(preset)",
                                arg=example.preset, timeout=10_000)
+        # ...and the draft choice shows the example's draft, which Run recomputes it with.
+        page.wait_for_function(
+            "(label) => document.querySelector('#draft input:checked')?.closest('label')?.innerText.includes(label)",
+            arg="prompt lookup" if example.draft == "lookup" else "draft model", timeout=10_000)
         # It played back first: columns replaying, their rounds growing, the next draft pending.
         frames = page.evaluate("() => window.__playback")
         assert len(frames) >= 3 and all(f["pending"] for f in frames), frames

@@ -184,3 +184,77 @@ def test_parity_with_transformers_prompt_lookup(bundled_pair, num_tokens):
         assert ours.token_ids == theirs.token_ids
         assert ours.target_passes == theirs.target_calls
         assert ours.draft_passes == 0
+
+
+# ---- the page and the API ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("draft, ngram, tokens, says", [
+    ("telepathy", 2, 10, 'The draft must be "model" or "lookup"'),
+    ("lookup", 2.5, 10, "The lookup n-gram must be a whole number"),
+    ("lookup", float("nan"), 10, "The lookup n-gram"),
+    ("lookup", 2, 0, "tokens per lookup must be a whole number from 1 to 64"),
+    ("lookup", 2, 10**9, "tokens per lookup must be a whole number from 1 to 64"),
+    ("lookup", -1, 10, "n-gram size must be a whole number from 1 to 8"),
+])
+def test_the_page_and_the_api_refuse_hostile_lookup_settings_in_one_line(draft, ngram, tokens, says):
+    from specviz.ui import endpoints
+    from specviz.ui.inputs import lookup_value
+
+    with pytest.raises(SpecVizError, match=says) as error:
+        lookup_value(draft, ngram, tokens)
+    assert "\n" not in str(error.value)
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match=says):  # the API endpoint says it to the client before any model work
+        next(endpoints.compare("Hello", draft=draft, lookup_ngram=ngram, lookup_tokens=tokens))
+
+
+def test_the_draft_model_stays_the_default_everywhere():
+    from specviz.ui.inputs import lookup_value
+
+    assert lookup_value("model", 2, 10) is None and lookup_value(None, None, None) is None
+    assert lookup_value("lookup", 2.0, 10.0) == LookupSettings(2, 10)  # number boxes give floats
+
+
+def test_a_copied_token_says_where_it_was_copied_from_and_escapes_it():
+    from specviz.core.trace import Round
+    from specviz.ui.render import _round_html
+
+    copied = Round(index=2, position=7, budget=10, draft_ids=[5, 6], draft_probs=[0.5, 1.0], accepted=1,
+                   target_id=9, draft_source=40, draft_texts=["<b>", "x"], target_text="y")
+    html = _round_html(copied, None)
+    assert "copied from token 40 of the prompt and answer · share p=0.50" in html
+    assert "copied from token 41" in html and "<b>" not in html and "&lt;b&gt;" in html
+    modeled = Round(index=0, position=0, budget=2, draft_ids=[5], draft_probs=[0.9], accepted=1, target_id=9)
+    assert "draft p=0.90" in _round_html(modeled, None) and "copied" not in _round_html(modeled, None)
+
+
+def test_a_lookup_comparison_round_trips_and_a_model_one_keeps_its_file_form():
+    from specviz.core.trace import Baseline, Comparison, Round, Trace
+    from specviz.ui.columns import done_message
+
+    rounds = [Round(index=0, position=0, budget=3, draft_ids=[1, 2], draft_probs=[1.0, 0.5], accepted=2, target_id=3,
+                    draft_passes=0, draft_source=4)]
+    trace = Trace("static", "static k=3", {}, [1, 2, 3], rounds, 0.1, "max_new_tokens")
+    baseline = Baseline(token_ids=[1, 2, 3], wall_s=0.2, stop_reason="max_new_tokens")
+    comparison = Comparison("p", "x", 3, baseline, [trace], lookup={"max_ngram": 2, "max_tokens": 10})
+    again = Comparison.from_dict(comparison.to_dict())
+    assert again.lookup == comparison.lookup and again.traces[0].rounds[0].draft_source == 4
+    assert again.traces[0].draft_passes == 0
+    assert "drafts by prompt lookup (n-gram 2, 10 tokens, no draft model)" in done_message(comparison)
+    model = Comparison("p", "x", 3, baseline, [Trace("static", "static k=3", {}, [], [], 0.1, "eos")])
+    assert "lookup" not in model.to_dict() and "lookup" not in done_message(model)
+    plain = Round(index=0, position=0, budget=1, draft_ids=[1], draft_probs=[0.9], accepted=1, target_id=3)
+    assert "draft_source" not in Comparison("p", "x", 2, baseline, [Trace("static", "static k=1", {}, [1, 3], [plain], 0.1,
+                                                                          "eos")]).to_dict()["modes"][0]["rounds"][0]
+
+
+def test_the_round_replay_says_where_a_lookup_copied_from(tiny_pair):
+    from specviz.ui.replay import replay_html, replay_step
+
+    trace = generate(tiny_pair, PROMPTS[0], Static(4), 20, make_drafter=LookupDrafter.using(DEFAULT))
+    copied = next(i for i, r in enumerate(trace.rounds) if r.lookahead)
+    step = replay_step(trace, copied)
+    assert step.copied_from == trace.rounds[copied].draft_source is not None and step.draft_passes == 0
+    assert f"copied from token {step.copied_from} of the prompt and answer" in replay_html(step)

@@ -86,8 +86,10 @@ def test_max_new_tokens_value():
 
 def test_examples_load():
     examples = load_examples()
-    assert len(examples) == 6
+    assert len(examples) == 7
     assert all(e.name and e.prompt.strip() and e.preset in PRESETS for e in examples)
+    # the bundled pair shows a real win with a draft that costs nothing
+    assert [e.draft for e in examples].count("lookup") == 1 and all(e.draft in ("model", "lookup") for e in examples)
     # The real pair's examples: a comparison with measured speedups, without any set-up or wait.
     assert [e.preset for e in examples].count("qwen2.5-coder-1.5b") >= 2
 

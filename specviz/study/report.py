@@ -479,7 +479,9 @@ def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str,
         if ca is None or any(p not in s.totals for p in COST_AWARE_RIVALS):
             continue
         wins = all(faster(ca, s.totals[p], measured) for p in COST_AWARE_RIVALS)
-        runs = [saved[r.key] for r in s.results if r.key in saved]
+        # a lookup draft's runs keep no draft-along-reference table: no what-if replay yet
+        runs = [saved[r.key] for r in s.results
+                if r.key in saved and saved[r.key].comparison.draft_along_reference is not None]
         best: Hindsight | None = best_dynamic(runs, s.costs) if len(runs) == len(s.results) else None
         over = ca.modeled_s / best.modeled_s if best is not None and best.modeled_s > 0 else None
         keeps = None if over is None else over <= 1 + HINDSIGHT_MARGIN
@@ -487,7 +489,7 @@ def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str,
         if keeps is not None:
             keeps_flags.append(keeps)
 
-        hindsight = ("n/a (comparisons not saved)" if best is None else
+        hindsight = ("n/a (no what-if replay for these runs)" if best is None else
                      f"t={best.threshold:g}: {_x(s.target_only_modeled_s / best.modeled_s)} modeled")
         lines.append(f"| {s.suite} | {_both(s, 'costaware')} | {_both(s, 'dynamic')} | {_both(s, 'heuristic')} | {hindsight} "
                      f"| {'n/a' if over is None else f'{over:.3f}'} | {'yes' if wins else 'no'} "

@@ -16,6 +16,7 @@ from ..core.presets import DEFAULT_PRESET
 from ..errors import SpecVizError
 from . import api
 from .events import MODEL_LOCK, TURNS
+from .inputs import lookup_value
 
 logger = logging.getLogger("specviz.app")
 
@@ -41,7 +42,8 @@ def _api_call(work, *args):
 
 
 def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128,
-            modes: str = DEFAULT_MODES, temperature: float = 0.0, seed: int = 0) -> Iterator[dict]:
+            modes: str = DEFAULT_MODES, temperature: float = 0.0, seed: int = 0, draft: str = "model",
+            lookup_ngram: int = 2, lookup_tokens: int = 10) -> Iterator[dict]:
     """Run a prompt through speculative decoding under each lookahead policy, and through the target
     model alone, on one draft/target model pair; count every forward pass and check the output.
     The result is the comparison as JSON, the same as `python -m specviz compare --json`.
@@ -59,15 +61,20 @@ def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128
         modes: comma-separated policies, at most 8, each once: static:K, heuristic:K, dynamic:THRESHOLD, oracle, adaptive:T0, entropy:H, costaware
         temperature: 0 for greedy decoding (lossless check and oracle); above 0 (at most 2) samples
         seed: the sampling seed, used only when temperature is above 0
+        draft: "model" (the pair's draft model) or "lookup" (prompt lookup: copies what followed the last n-gram's first earlier occurrence in the prompt and answer; no draft model runs)
+        lookup_ngram: with draft "lookup": the longest n-gram to match, 1 to 8 (transformers' default 2)
+        lookup_tokens: with draft "lookup": the most tokens one lookup copies, 1 to 64 (transformers' default 10)
 
     Returns:
         the comparison: preset, prompt, prompt_tokens, baseline (target-only: token_ids, text, target_passes, wall_s) and modes, one per policy, each with name, text, target_passes, draft_passes, drafted, accepted, acceptance_rate, wall_s, speedup over target-only, lossless (true when its tokens equal target-only greedy decoding), first_difference and rounds (per round: draft tokens and probabilities, accepted count, the oracle's ideal lookahead)
     """
-    logger.info("run: preset=%s max_new_tokens=%s modes=%s temperature=%s prompt_chars=%d (API)", preset,
-                max_new_tokens, modes, temperature, len(prompt) if isinstance(prompt, str) else -1)
+    logger.info("run: preset=%s max_new_tokens=%s modes=%s temperature=%s draft=%s prompt_chars=%d (API)", preset,
+                max_new_tokens, modes, temperature, str(draft)[:20], len(prompt) if isinstance(prompt, str) else -1)
     with _api_errors():
         comparison = None
-        for comparison in api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK, TURNS):
+        lookup = lookup_value(draft, lookup_ngram, lookup_tokens)
+        for comparison in api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK, TURNS,
+                                      lookup):
             yield comparison
         logger.info("run finished: %d policies (API)", len(comparison["modes"]) if comparison else 0)
 

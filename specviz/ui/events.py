@@ -44,7 +44,7 @@ from .explain_plots import explain_figures, rule_round_figure
 from .export import SWEEP_HEADERS, sweep_rows, write_all
 from .files import example_comparison, load_comparison_file
 from .heartbeat import with_heartbeat
-from .inputs import max_new_tokens_value, modes_string, seed_value, temperature_value
+from .inputs import lookup_value, max_new_tokens_value, modes_string, seed_value, temperature_value
 from .pacing import Pacer
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from .presentation import presentation_requested
@@ -120,7 +120,7 @@ def _with_live(comparison, live):
 
 def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
         adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0, costaware_on=False, costaware_max=20,
-        visitor: gr.Request = None):
+        draft="model", lookup_ngram=2, lookup_tokens=10, visitor: gr.Request = None):
     """Run the comparison, streaming every column round by round; while another run has the
     models, say where this one stands in the queue."""
     comparison, ticket = None, None
@@ -130,10 +130,13 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
         modes = modes_string(static_k, heuristic_k, threshold, dynamic_max,
                              adaptive_t0 if adaptive_on else None, entropy_h if entropy_on else None,
                              costaware_max if costaware_on else None)
+        lookup = lookup_value(draft, lookup_ngram, lookup_tokens)
         request = make_request(prompt, modes, max_new_tokens_value(max_new_tokens, limits.max_new_tokens),
-                               temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits)
-        logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g prompt_chars=%d", preset,
-                    request.max_new_tokens, modes, request.temperature, len(request.prompt))
+                               temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits,
+                               lookup=lookup)
+        logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g draft=%s prompt_chars=%d", preset,
+                    request.max_new_tokens, modes, request.temperature, lookup.label if lookup else "model",
+                    len(request.prompt))
         expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
         limits = limits.allowing(expected_s)
         ticket = TURNS.join(expected_s, owner=_session(visitor))
@@ -426,32 +429,36 @@ PLAYBACK_FRAME_S = 0.06
 
 
 def show_example(example):
-    """An example prompt: into the prompt box, its pair into the pair menu (so that Run recomputes
-    it there), and its comparison computed ahead, played back round by round and then shown whole."""
+    """An example prompt: into the prompt box, its pair into the pair menu and its draft into the
+    draft choice (so that Run recomputes it so), and its comparison computed ahead, played back
+    round by round and then shown whole."""
+    chosen = (example.prompt, example.preset, example.draft)
+    kept = (gr.skip(),) * len(chosen)
     try:
         comparison = example_comparison(example)
     except SpecVizError:
         logger.exception("example %s could not be loaded", example.name)
         comparison = None
     if comparison is None:
-        yield (example.prompt, example.preset, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
-                                                         [gr.skip()] * len(ALL_COLUMNS)))
+        yield (*chosen, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
+                                  [gr.skip()] * len(ALL_COLUMNS)))
         return
     made = comparison.provenance or {}
-    message = (f"Precomputed example ({comparison.preset}, {comparison.max_new_tokens} max new tokens, "
+    drafted_by = ", drafts by prompt lookup" if comparison.lookup is not None else ""
+    message = (f"Precomputed example ({comparison.preset}{drafted_by}, {comparison.max_new_tokens} max new tokens, "
                f"{made.get('date', 'ahead')}, {made.get('machine', 'another machine')}"
                + (f"; {made['setup']}" if made.get("setup") else "") + "): no model ran; Run recomputes it.")
     present = _present_columns(comparison)
     playing = status_html("Playing the precomputed example back, round by round…", "running")
     for step, htmls in enumerate(playback_htmls(comparison, present, PLAYBACK_FRAMES)):
         shown = dict(zip(present, htmls))
-        yield (*((example.prompt, example.preset) if step == 0 else (gr.skip(), gr.skip())),
+        yield (*(chosen if step == 0 else kept),
                *_outputs(playing, [shown.get(p, gr.skip()) for p in ALL_COLUMNS]))
         time.sleep(PLAYBACK_FRAME_S)
     # The finished columns first, then the charts (the costlier part to build and to draw).
-    yield (gr.skip(), gr.skip(), *_outputs(status_html(message, "done"), _columns(comparison, present, running=False)))
-    yield (gr.skip(), gr.skip(), *_outputs(gr.skip(), [gr.skip()] * len(ALL_COLUMNS), *_charts(comparison),
-                                           summary_table(comparison), comparison, []))
+    yield (*kept, *_outputs(status_html(message, "done"), _columns(comparison, present, running=False)))
+    yield (*kept, *_outputs(gr.skip(), [gr.skip()] * len(ALL_COLUMNS), *_charts(comparison),
+                            summary_table(comparison), comparison, []))
 
 
 # ---- the model line, presentation mode, the preload -------------------------------------------

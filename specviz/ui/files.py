@@ -24,6 +24,7 @@ class Example:
     prompt: str
     comparison_path: Path | None = None  # a comparison computed ahead (scripts/make_examples.py)
     preset: str = BUILTIN_DEFAULT_PRESET  # the pair it was computed on, which Run then recomputes it on
+    draft: str = "model"  # "lookup": computed with the lookup draft (transformers' settings)
 
 
 def load_examples(path: Path | str = EXAMPLES_PATH) -> list[Example]:
@@ -35,7 +36,8 @@ def load_examples(path: Path | str = EXAMPLES_PATH) -> list[Example]:
     folder = Path(path).parent
     return [Example(str(item["name"]), str(item["prompt"]),
                     folder / item["comparison"] if item.get("comparison") else None,
-                    str(item.get("preset") or BUILTIN_DEFAULT_PRESET)) for item in data]
+                    str(item.get("preset") or BUILTIN_DEFAULT_PRESET), str(item.get("draft") or "model"))
+            for item in data]
 
 
 def example_comparison(example: Example) -> Comparison | None:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from ..core.lookup import LookupSettings
 from ..core.policies import MAX_LOOKAHEAD
 from ..errors import SpecVizError
 
@@ -84,6 +85,15 @@ def modes_string(static_k: object = 5, heuristic_k: object = 5, threshold: objec
     if costaware is not None:
         text += f",costaware:{_lookahead(costaware, 'Cost-aware max tokens')}"
     return text
+
+
+def lookup_value(draft: object, ngram: object, tokens: object) -> LookupSettings | None:
+    """The lookup draft's settings when the draft chosen is "lookup"; None for the draft model."""
+    if draft in (None, "", "model"):
+        return None
+    if draft != "lookup":
+        raise SpecVizError(f'The draft must be "model" or "lookup", got {str(draft)[:40]!r}.')
+    return LookupSettings(max_ngram=_whole(ngram, "The lookup n-gram"), max_tokens=_whole(tokens, "Lookup tokens"))
 
 
 def temperature_value(value: object, limit: float = 2.0) -> float:

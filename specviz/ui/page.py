@@ -85,6 +85,8 @@ def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits)
                 p.max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
                                          value=min(128, limits.max_new_tokens), step=1,
                                          label="Max new tokens", elem_id="max-new-tokens", scale=3, min_width=150)
+                p.draft = gr.Radio([("draft model", "model"), ("prompt lookup", "lookup")], value="model",
+                                   label="Draft", elem_id="draft", scale=2, min_width=150)
             with gr.Row(elem_id="run-row"):
                 p.run_button = gr.Button("Run", variant="primary", elem_id="run", scale=2)
                 p.stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
@@ -116,6 +118,11 @@ def _settings(p: SimpleNamespace) -> None:
                                              info="draft while a token is worth what a pass costs here")
                 p.costaware_max = gr.Number(20, label="cost-aware max tokens", precision=0, minimum=1, maximum=64,
                                             elem_id="costaware-max")
+            with gr.Row():
+                p.lookup_ngram = gr.Number(2, label="lookup n-gram", precision=0, minimum=1, maximum=8,
+                                           elem_id="lookup-ngram", info="prompt lookup: the longest n-gram matched")
+                p.lookup_tokens = gr.Number(10, label="lookup tokens", precision=0, minimum=1, maximum=64,
+                                            elem_id="lookup-tokens", info="prompt lookup: the most tokens copied")
             with gr.Row():
                 p.temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
                                           elem_id="temperature")
@@ -228,7 +235,7 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
         run,
         inputs=[p.prompt, p.preset, p.max_tokens, p.static_k, p.heuristic_k, p.threshold, p.dynamic_max,
                 p.temperature, p.seed, p.adaptive_on, p.adaptive_t0, p.entropy_on, p.entropy_h,
-                p.costaware_on, p.costaware_max],
+                p.costaware_on, p.costaware_max, p.draft, p.lookup_ngram, p.lookup_tokens],
         outputs=p.view_all, show_progress="full", show_progress_on=[p.status],
         # Runs start at once and wait for the models in events.TURNS, which can tell a waiting
         # visitor where it stands; Gradio's queue only holds what exceeds that many.
@@ -246,7 +253,7 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
     imported.then(lambda: None, None, p.upload, queue=False, **QUIET)  # ready for the next file
     for button, example in zip(p.example_buttons, examples):
         # No model work: outside the model queue, so an example opens at once even during a run.
-        _then_views(button.click(example_opener(example), None, [p.prompt, p.preset, *p.view_all], **NO_MODEL), p)
+        _then_views(button.click(example_opener(example), None, [p.prompt, p.preset, p.draft, *p.view_all], **NO_MODEL), p)
 
 
 def _wire_views(p: SimpleNamespace) -> None:

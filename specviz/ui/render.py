@@ -170,7 +170,11 @@ def _draft_text(r: Round, i: int) -> str:
 
 def _draft_title(r: Round, i: int, kind: str) -> str:
     parts = [f"round {r.index}"]
-    if i < len(r.draft_probs):
+    if r.draft_source is not None:  # a lookup draft: p is the share of earlier occurrences that continue so
+        parts.append(f"copied from token {r.draft_source + i} of the prompt and answer")
+        if i < len(r.draft_probs):
+            parts.append(f"share p={r.draft_probs[i]:.2f}")
+    elif i < len(r.draft_probs):
         parts.append(f"draft p={r.draft_probs[i]:.2f}")
     parts.append(kind)
     return " · ".join(parts)

@@ -129,6 +129,7 @@ class ReplayStep:
     threshold: float | None
     target_passes: int  # so far, this round included
     draft_passes: int  # so far, this round included
+    copied_from: int | None = None  # a lookup draft's: where in the prompt and answer it copied from
 
 
 def replay_step(trace: Trace, index: int, eos_ids: Collection[int] = ()) -> ReplayStep:
@@ -152,7 +153,7 @@ def replay_step(trace: Trace, index: int, eos_ids: Collection[int] = ()) -> Repl
     return ReplayStep(label=trace.label, index=index, rounds=len(trace.rounds), context="".join(context),
                       tokens=tokens, stop=stop_reason(r, trace, eos_ids), added_text=added, added_kind=r.target_kind,
                       budget=r.budget, threshold=r.threshold, target_passes=index + 1,
-                      draft_passes=sum(x.draft_passes for x in trace.rounds[: index + 1]))
+                      draft_passes=sum(x.draft_passes for x in trace.rounds[: index + 1]), copied_from=r.draft_source)
 
 
 def visible_whitespace(text: str) -> str:
@@ -192,13 +193,16 @@ def replay_html(step: ReplayStep) -> str:
         added = (f'<span class="tok tok-{e(step.added_kind or "correction")}">{e(visible_whitespace(step.added_text))}'
                  f"</span> ({what})")
     threshold = "" if step.threshold is None else f" · threshold in force {step.threshold:.2f}"
+    copied = "" if step.copied_from is None else (
+        f' <span data-replay="copied">copied from token {step.copied_from} of the prompt and answer on (prompt '
+        "lookup; probability: the share of the matched n-gram's earlier occurrences that continue so)</span>")
     return (
         f'<div class="specviz-replay" data-round="{step.index}" data-label="{e(step.label)}">'
         f'<div class="replay-head">Round <span data-replay="round">{step.index + 1}</span> of '
         f'<span data-replay="rounds">{step.rounds}</span> · {e(step.label)} · budget {step.budget}{threshold}</div>'
         f'<div class="replay-line"><b>Context so far:</b> <span class="replay-context">'
         f'{e(step.context) if step.context else "<i>(nothing yet: first round)</i>"}</span></div>'
-        f'<div class="replay-line"><b>The draft proposes:</b></div>{table}'
+        f'<div class="replay-line"><b>The draft proposes:</b>{copied}</div>{table}'
         f'<div class="replay-line"><b>Drafting stopped:</b> <span data-replay="stop" data-code="{e(step.stop.code)}">'
         f"{e(step.stop.text)}</span></div>"
         f'<div class="replay-line replay-verdict"><b>The target adds:</b> {added}</div>'
