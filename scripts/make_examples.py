@@ -8,7 +8,7 @@ are shown in the app as measured.
 
     python scripts/make_examples.py [--preset smollm2-135m-int8] [--max-new-tokens 128]
     python scripts/make_examples.py --preset qwen2.5-coder-1.5b   # after scripts/setup.sh --real-pair
-    python scripts/make_examples.py --only "Editing code (prompt lookup)"   # one example
+    python scripts/make_examples.py --only "Editing (lookup)"   # one example
 
 An example with `"draft": "lookup"` is computed with the lookup draft (transformers' settings).
 """

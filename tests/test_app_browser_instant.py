@@ -68,7 +68,7 @@ def test_an_example_opens_a_complete_comparison_without_any_model(modelless_app,
                                arg=example.preset, timeout=10_000)
         # ...and the draft choice shows the example's draft, which Run recomputes it with.
         page.wait_for_function(
-            "(label) => document.querySelector('#draft input:checked')?.closest('label')?.innerText.includes(label)",
+            "(label) => document.querySelector('#draft input').value === label",
             arg="prompt lookup" if example.draft == "lookup" else "draft model", timeout=10_000)
         # It played back first: columns replaying, their rounds growing, the next draft pending.
         frames = page.evaluate("() => window.__playback")

@@ -72,7 +72,7 @@ def test_the_api_lists_only_what_a_script_calls(served):
     assert set(api["named_endpoints"]) == PUBLIC_ENDPOINTS and not api["unnamed_endpoints"]
     compare_api = api["named_endpoints"]["/compare"]
     assert [p["parameter_name"] for p in compare_api["parameters"]] == [
-        "prompt", "preset", "max_new_tokens", "modes", "temperature", "seed"]
+        "prompt", "preset", "max_new_tokens", "modes", "temperature", "seed", "draft", "lookup_ngram", "lookup_tokens"]
     assert "python -m specviz compare --json" in compare_api["description"]
     for name in PUBLIC_ENDPOINTS:
         assert api["named_endpoints"][name]["description"], name

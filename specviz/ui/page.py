@@ -65,7 +65,7 @@ def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits)
     """The first screen's top: the prompt with the example buttons, the pair, the length, Run."""
     gr.Markdown(INTRO_MD, elem_id="specviz-intro")
     with gr.Row(equal_height=False, elem_id="top"):
-        with gr.Column(scale=3, min_width=360):
+        with gr.Column(scale=5, min_width=360):
             p.prompt = gr.Textbox(label="Prompt", lines=2, max_lines=8, elem_id="prompt",
                                   placeholder="Ask a question or give a task, or pick an example below",
                                   value=examples[0].prompt if examples else "")
@@ -75,18 +75,20 @@ def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits)
                     gr.Markdown("**Examples**", elem_id="examples-label")
                     for index, example in enumerate(examples):
                         p.example_buttons.append(gr.Button(example.name, size="sm", elem_id=f"example-{index}",
-                                                           elem_classes=["specviz-example"], min_width=110))
-        with gr.Column(scale=2, min_width=320):
+                                                           elem_classes=["specviz-example"], min_width=80))
+        with gr.Column(scale=4, min_width=320):
             with gr.Row(elem_id="settings-row"):
                 # The pair's description is the dropdown's hover title (set in the page), not a
                 # line of its own: it would push the columns below the first screen.
                 p.preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
-                                       elem_id="preset", scale=3, min_width=150)
+                                       elem_id="preset", scale=4, min_width=150)
                 p.max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
                                          value=min(128, limits.max_new_tokens), step=1,
                                          label="Max new tokens", elem_id="max-new-tokens", scale=3, min_width=150)
-                p.draft = gr.Radio([("draft model", "model"), ("prompt lookup", "lookup")], value="model",
-                                   label="Draft", elem_id="draft", scale=2, min_width=150)
+                # A menu, not radio buttons: two stacked choices would push the columns below the
+                # first screen at 1280x720.
+                p.draft = gr.Dropdown([("draft model", "model"), ("prompt lookup", "lookup")], value="model",
+                                      label="Draft", elem_id="draft", scale=3, min_width=130)
             with gr.Row(elem_id="run-row"):
                 p.run_button = gr.Button("Run", variant="primary", elem_id="run", scale=2)
                 p.stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
