@@ -22,7 +22,7 @@ from .core.presets import DEFAULT_PRESET, PRESETS, REAL_PAIR_PRESET, get_preset
 from .core.trace import Comparison
 from .core.weights import REAL_PAIR_REQUIREMENTS, set_up_pair
 from .errors import SpecVizError
-from .study.sweep import sweep
+from .study.sweep import can_replay, sweep
 from .ui.export import SWEEP_HEADERS, sweep_rows, write_all
 from .ui.render import SUMMARY_HEADERS, summary_rows
 
@@ -93,7 +93,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.csv:
         Path(args.csv).write_text(comparison.to_csv(), encoding="utf-8")
         _stderr(f"wrote {args.csv}")
-    if args.sweep and comparison.draft_along_reference is not None and comparison.baseline is not None:
+    if args.sweep and can_replay(comparison):
         result = sweep(comparison, pair.eos_token_ids)
         print("\nWhat if (replayed from this run, no rerun):")
         print(format_table(SWEEP_HEADERS, sweep_rows(result)))

@@ -12,7 +12,7 @@ from specviz.cli import main
 from specviz.core.engine import LookupDrafter, generate, target_only
 from specviz.core.lookup import LookupSettings, propose
 from specviz.core.oracle import fewest_rounds, finish, lookup_oracle_search
-from specviz.core.policies import Dynamic, Entropy, Heuristic, Static
+from specviz.core.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
 from specviz.errors import SpecVizError
 
 DEFAULT = LookupSettings()
@@ -258,3 +258,37 @@ def test_the_round_replay_says_where_a_lookup_copied_from(tiny_pair):
     step = replay_step(trace, copied)
     assert step.copied_from == trace.rounds[copied].draft_source is not None and step.draft_passes == 0
     assert f"copied from token {step.copied_from} of the prompt and answer" in replay_html(step)
+
+
+def replay_policies():
+    from specviz.core.pipeline import LOOKUP_STEP_MS
+
+    return [Static(1), Static(4), Static(10), Heuristic(2), Heuristic(5), Dynamic(0.3, max_tokens=20),
+            Dynamic(0.7, max_tokens=20), Adaptive(0.4), Entropy(0.5, max_tokens=20),
+            CostAware(PassPrices(LOOKUP_STEP_MS, (10.0, 11.0, 12.0)))]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_the_what_if_replays_a_lookup_run_exactly(tiny_pair, prompt):
+    """A lookup's proposal is a function of the text: the replay, recomputing it from the prompt
+    and the answer, gives every policy's real target passes and plain passes, for every policy."""
+    from specviz.core.trace import Comparison
+    from specviz.study.costs import plain_passes
+    from specviz.study.sweep import can_replay, replayed_passes, sweep
+
+    for settings in (DEFAULT, LookupSettings(max_ngram=1, max_tokens=4)):
+        baseline = target_only(tiny_pair, prompt, 50)
+        runs = [generate(tiny_pair, prompt, policy, 50, make_drafter=LookupDrafter.using(settings))
+                for policy in replay_policies()]
+        comparison = Comparison("tiny", "tiny", 50, baseline, runs[:2], prompt_tokens=len(prompt),
+                                lookup=settings.to_dict(), prompt_ids=list(prompt))
+        comparison = Comparison.from_dict(comparison.to_dict())  # as a file keeps it
+        assert can_replay(comparison)
+        for policy, run in zip(replay_policies(), runs):
+            passes = replayed_passes(comparison, policy, tiny_pair.eos_token_ids)
+            assert (passes.target, passes.draft) == (run.target_passes, 0), (policy.label, settings)
+            assert passes.plain == plain_passes([r.lookahead for r in run.rounds]), (policy.label, settings)
+        result = sweep(comparison, tiny_pair.eos_token_ids)
+        assert len(result.thresholds) and all(r.draft_passes == 0 for r in result.static)
+    # a lookup comparison from before it kept its prompt is not replayed
+    assert not can_replay(Comparison("tiny", "tiny", 50, baseline, [], lookup=DEFAULT.to_dict()))

@@ -159,3 +159,37 @@ def test_readme_quotes_only_figures_the_page_of_record_holds():
     assert any("docs/STUDY.md#verdicts" in p for p in paragraphs)
     missing = [(figure, p[:80]) for p in paragraphs for figure in FIGURE.findall(p) if figure not in page]
     assert not missing, missing
+
+
+def _timed(preset: str, suite: str, walls: dict[str, float]) -> PromptResult:
+    """A prompt whose target-only decoding took 2 s and each policy the given seconds."""
+    modes = [ModeResult(policy, policy, 40, 20, 0, 20, wall, 0.0, wall, True, [RoundRecord(1, 1, [1.0])] * 20)
+             for policy, wall in walls.items()]
+    return PromptResult(preset, suite, f"{suite}-0", 0, 40, 12, 40, 2.0, 9.0, False, 2, "2026-12-05T10:00:00+00:00",
+                        modes)
+
+
+def test_the_lookup_section_names_the_faster_draft_and_the_policy_that_suits_lookup():
+    from specviz.study.report import Run, lookup_section, suited_policy
+
+    model = Run("docs/m", "m", None, "pair-a", [_timed("pair-a", "coding", {"static": 4.0, "dynamic": 2.5}),
+                                                _timed("pair-a", "questions", {"static": 4.0, "dynamic": 2.2})], 0, [])
+    lookup_walls = {"editing": {"static": 1.0, "dynamic": 1.25, "costaware": 1.1, "oracle": 0.5},
+                    "coding": {"static": 2.5, "dynamic": 1.9, "costaware": 1.8, "oracle": 1.0},
+                    "questions": {"static": 3.0, "dynamic": 2.05, "costaware": 2.0, "oracle": 1.5}}
+    lookup = Run("docs/l", "l", None, "pair-a+lookup",
+                 [_timed("pair-a+lookup", suite, walls) for suite, walls in lookup_walls.items()], 0, [])
+    lines = lookup_section({"pair-a": model, "pair-a+lookup": lookup})
+    text = "\n".join(lines)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+            for line in lines if line.startswith("| ") and not line.startswith("| suite")}
+    assert rows["editing"] == ["not run", "static 2.00x", "n/a", "n/a"]
+    assert rows["coding"] == ["dynamic 0.80x", "costaware 1.11x", "1.39", "lookup"]
+    assert rows["questions"] == ["dynamic 0.91x", "costaware 1.00x", "1.10", "lookup"]
+    # static is fastest on editing but falls to 0.67x on questions: it does not know to stop
+    assert "**costaware**: at or above 0.95x on every suite (its slowest 1.00x) and the fastest practical policy on " \
+           "2 of 3 suites" in text
+    assert suited_policy([]) == (None, "no practical policy stays at or above 0.95x on every suite")
+    slow = Run("docs/s", "s", None, "pair-b+lookup", [_timed("pair-b+lookup", "coding", {"static": 2.5})], 0, [])
+    assert "no practical policy stays at or above 0.95x" in "\n".join(lookup_section({"pair-b+lookup": slow}))
+    assert lookup_section({"pair-a": model}) == []

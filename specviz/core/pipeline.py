@@ -211,7 +211,8 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
                             baseline=None, traces=[], temperature=request.temperature,
                             seed=request.seed if not greedy else None, prompt_tokens=len(prompt_ids),
                             draft_row_exact=pair.draft_row_exact,
-                            lookup=request.lookup.to_dict() if request.lookup else None)
+                            lookup=request.lookup.to_dict() if request.lookup else None,
+                            prompt_ids=list(prompt_ids) if request.lookup else None)
     make_drafter = LookupDrafter.using(request.lookup) if request.lookup else Drafter.for_pair
     oracle: Oracle | None = None
 
@@ -256,7 +257,7 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
         if request.lookup:
             search = lookup_oracle_search(prompt_ids, reference, request.lookup, pair.eos_token_ids)
             (oracle, ideal), comparison.oracle_s = yield from _relay(search, report)
-            along = None  # the what-if replay of a lookup draft is not built yet
+            along = None  # the what-if recomputes a lookup's proposals from the text instead
         else:
             (oracle, ideal, along), comparison.oracle_s = yield from _relay(
                 oracle_search(pair, prompt_ids, reference), report)

@@ -228,6 +228,9 @@ class Comparison:
     draft_row_exact: bool = False
     # The draft was a prompt lookup with these settings (lookup.LookupSettings), not the pair's model.
     lookup: dict[str, int] | None = None
+    # The prompt's token ids, kept with a lookup draft: its proposals are a function of the text,
+    # so the what-if replay recomputes them from these and the answer.
+    prompt_ids: list[int] | None = None
 
     def speedup(self, trace: Trace) -> float | None:
         """Target-only wall time over the trace's; None until the baseline has run."""
@@ -282,6 +285,8 @@ class Comparison:
         }
         if self.lookup is not None:  # a model draft's comparison: the file as before lookup drafts
             out["lookup"] = self.lookup
+        if self.prompt_ids is not None:
+            out["prompt_ids"] = self.prompt_ids
         return out
 
     def _mode_dict(self, t: Trace) -> dict[str, Any]:
@@ -348,7 +353,7 @@ class Comparison:
                    oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)),
                    oracle_reference=data.get("oracle_reference"), provenance=data.get("provenance"),
                    oracle_s=float(data.get("oracle_s") or 0.0), draft_row_exact=bool(data.get("draft_row_exact", False)),
-                   lookup=data.get("lookup"),
+                   lookup=data.get("lookup"), prompt_ids=data.get("prompt_ids"),
                    draft_along_reference=DraftAlongReference(**along) if (along := data.get(
                        "draft_along_reference")) else None)
 

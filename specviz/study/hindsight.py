@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..core.policies import Dynamic
 from ..core.trace import Comparison
 from .costs import PassCosts
-from .sweep import observations, replay_passes
+from .sweep import replayed_passes
 
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05 ... 0.95
 
@@ -41,11 +41,11 @@ def replayed(run: SavedRun, threshold: float, costs: PassCosts) -> tuple[int, in
     """Dynamic lookahead at `threshold` on one saved prompt: its target and draft passes, and its
     modeled seconds."""
     c = run.comparison
-    if c.draft_along_reference is None or c.baseline is None:
-        raise ValueError(f"{c.prompt[:40]!r}: a replay needs a whole greedy run")
-    target, draft = replay_passes(Dynamic(threshold), c.reference_ids(), c.draft_along_reference, c.max_new_tokens,
-                                  run.eos_ids, observations(c), c.prompt_tokens, c.draft_row_exact)
-    return target, draft, costs.modeled_time(target, draft, c.prompt_tokens)
+    try:
+        passes = replayed_passes(c, Dynamic(threshold), run.eos_ids)
+    except ValueError as error:
+        raise ValueError(f"{c.prompt[:40]!r}: {error}") from None
+    return passes.target, passes.draft, costs.modeled_time(passes.target, passes.draft, c.prompt_tokens, passes.plain)
 
 
 def best_dynamic(runs: Sequence[SavedRun], costs: PassCosts, thresholds: Iterable[float] = THRESHOLDS) -> Hindsight:

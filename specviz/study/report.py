@@ -22,6 +22,7 @@ from .analysis import Judged, auc, judged_among, split_at
 from .costs import PassCosts, plain_passes
 from .hindsight import Hindsight, SavedRun, best_dynamic
 from .records import ModeResult, PromptResult, RoundRecord
+from .sweep import can_replay
 
 STUDY_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 THRESHOLD = 0.4  # dynamic's confidence threshold, where the calibration is split
@@ -40,6 +41,11 @@ FEW_REJECTED = 20  # below this many rejected tokens, say the AUC is rough
 # The bundled pairs draft with a copy of the target; every other pair's dynamic-vs-heuristic
 # verdict is decided by measured time (RULES).
 MODELED_PRESETS = frozenset({"smollm2-135m-int8", "smollm2-135m-bf16"})
+# A pair whose draft is a prompt lookup is studied as a pair of its own: "smollm2-135m-int8+lookup"
+# (transformers' settings) or "...+lookup-n3-k16". Its records, verdicts and report section are
+# apart from the model draft's, and it is timed by the wall clock (not in MODELED_PRESETS).
+LOOKUP_MARK = "+lookup"
+STOP_FLOOR = 0.95  # a policy suits a lookup draft only if it never falls below this on a suite
 RULES = f"""\
 - **A fixed lookahead wastes work** (headline): *reproduced* when, summed over the coding suite,
   the oracle needs fewer target passes **and** fewer draft passes than static k=5. The first
@@ -479,9 +485,8 @@ def cost_aware_section(suites: Sequence[SuiteFigures], saved: Mapping[tuple[str,
         if ca is None or any(p not in s.totals for p in COST_AWARE_RIVALS):
             continue
         wins = all(faster(ca, s.totals[p], measured) for p in COST_AWARE_RIVALS)
-        # a lookup draft's runs keep no draft-along-reference table: no what-if replay yet
-        runs = [saved[r.key] for r in s.results
-                if r.key in saved and saved[r.key].comparison.draft_along_reference is not None]
+        # runs from before a lookup draft's comparison kept its prompt cannot be replayed
+        runs = [saved[r.key] for r in s.results if r.key in saved and can_replay(saved[r.key].comparison)]
         best: Hindsight | None = best_dynamic(runs, s.costs) if len(runs) == len(s.results) else None
         over = ca.modeled_s / best.modeled_s if best is not None and best.modeled_s > 0 else None
         keeps = None if over is None else over <= 1 + HINDSIGHT_MARGIN
@@ -619,6 +624,11 @@ CLAIMS = [("headline", ("A fixed lookahead wastes work: the oracle needs fewer t
           ("dynamic", "The dynamic rule (threshold 0.4) beats the heuristic schedule"),
           ("costaware", ("The cost-aware rule beats dynamic 0.4 and the heuristic and keeps up with the best "
                          "threshold in hindsight"))]
+
+
+def model_preset(name: str) -> str:
+    """The model pair a studied pair's name stands for."""
+    return name.split(LOOKUP_MARK)[0]
 
 
 def preset_figures(preset: str, done: Sequence[PromptResult], suites: Sequence[str]) -> list[SuiteFigures]:
@@ -867,6 +877,73 @@ def speedup_table(run: Run) -> list[str]:
     return lines + [""]
 
 
+LOOKUP_RULES = f"""\
+- **The faster draft**, per suite: each draft's best practical policy (every policy but the oracle,
+  which needs the answer in advance), by measured speedup over target-only decoding with the
+  suite's wall times summed; lookup is the faster draft where its figure is the higher. Measured
+  time on every pair: a lookup draft makes no forward pass, so its wall clock is what a user
+  gets. On the bundled pairs the model draft is a copy of the target costing 0.5-1.0 of a target
+  pass: its measured figure is what that pair gives, not what a cheap draft would (its modeled
+  figures are in the pair's own sections). Each side comes from its pair's current run, whose
+  prompts and token budget the verdict table names.
+- **The policy that suits a lookup draft**: among the practical policies run with it, those that
+  stay at or above {STOP_FLOOR}x target-only on every suite (a lookup draft must know to stop
+  where the answer does not repeat its context); of those, the fastest on the most suites (ties:
+  the higher slowest suite). None, if no policy stays at or above {STOP_FLOOR}x everywhere."""
+
+
+def best_practical(figures: SuiteFigures) -> tuple[str, float] | None:
+    """The practical policy (not the oracle) with the highest measured speedup on a suite."""
+    speedups = [(policy, speed) for policy in figures.totals
+                if policy != "oracle" and (speed := figures.measured_speedup(policy)) is not None]
+    return max(speedups, key=lambda item: item[1], default=None)
+
+
+def _best_cell(figures: SuiteFigures | None, best: tuple[str, float] | None) -> str:
+    return "not run" if figures is None or best is None else f"{figures.totals[best[0]].label} {_x(best[1])}"
+
+
+def suited_policy(figures: Sequence[SuiteFigures]) -> tuple[str | None, str]:
+    """The policy that suits a lookup draft by LOOKUP_RULES, and why, in a sentence."""
+    policies = [p for p in dict.fromkeys(p for f in figures for p in f.totals) if p != "oracle"]
+    floors = {p: min((f.measured_speedup(p) or 0.0) for f in figures) for p in policies}
+    steady = [p for p in policies if floors[p] >= STOP_FLOOR]
+    if not steady:
+        return None, f"no practical policy stays at or above {STOP_FLOOR}x on every suite"
+    fastest = [best[0] for f in figures if (best := best_practical(f)) is not None]
+    pick = max(steady, key=lambda p: (fastest.count(p), floors[p]))
+    label = next(f.totals[pick].label for f in figures if pick in f.totals)
+    return pick, (f"**{label}**: at or above {STOP_FLOOR}x on every suite (its slowest {_x(floors[pick])}) and the "
+                  f"fastest practical policy on {fastest.count(pick)} of {len(figures)} suites")
+
+
+def lookup_section(current: Mapping[str, Run]) -> list[str]:
+    """The lookup draft's verdicts: per lookup pair and suite, the faster draft, and the policy
+    that suits a lookup draft (LOOKUP_RULES). Empty where no lookup pair was studied."""
+    lookups = [name for name in current if LOOKUP_MARK in name]
+    if not lookups:
+        return []
+    lines = ["## The lookup draft against the model draft", "", LOOKUP_RULES, ""]
+    for name in lookups:
+        run, model = current[name], current.get(model_preset(name))
+        figures = preset_figures(name, run.records, run.suites)
+        model_figures = ({f.suite: f for f in preset_figures(model.preset, model.records, model.suites)}
+                         if model else {})
+        lines += [(f"**{name}** ({run.link}) against **{model_preset(name)}**'s model draft "
+                   f"({model.link if model else 'not studied'}), measured:"), "",
+                  "| suite | model draft: best practical | lookup: best practical | lookup / model | faster draft |",
+                  "|---|---|---|---|---|"]
+        for f in figures:
+            other = model_figures.get(f.suite)
+            ours, theirs = best_practical(f), best_practical(other) if other else None
+            ratio = ours[1] / theirs[1] if ours and theirs and theirs[1] > 0 else None
+            faster = "n/a" if ratio is None else ("lookup" if ratio > 1 else "model draft")
+            lines.append(f"| {f.suite} | {_best_cell(other, theirs)} | {_best_cell(f, ours)} | {_f(ratio)} "
+                         f"| {faster} |")
+        lines += ["", f"The policy that suits this lookup draft: {suited_policy(figures)[1]}.", ""]
+    return lines
+
+
 def page_of_record(runs: Sequence[Run], current: Mapping[str, Run],
                    saved: Mapping[tuple[str, str, str, int], SavedRun], report_command: str) -> str:
     """docs/STUDY.md: per preset, the verdicts of its current run (`current_runs`) with the machine
@@ -902,6 +979,7 @@ def page_of_record(runs: Sequence[Run], current: Mapping[str, Run],
     lines += ["## Speedups", ""]
     for preset in presets:
         lines += speedup_table(current[preset])
+    lines += lookup_section(current)
     lines += ["## Earlier runs", ""]
     for preset in presets:
         for run in sorted((r for r in runs if r.preset == preset and r is not current[preset]),

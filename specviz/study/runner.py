@@ -37,9 +37,11 @@ from ..errors import SpecVizError
 from .hindsight import SavedRun
 from .records import ModeResult, PromptResult, RoundRecord
 from .report import (
+    LOOKUP_MARK,
     STUDY_MODES,
     current_runs,
     duration,
+    model_preset,
     page_of_record,
     report_markdown,
     runs_in_folder,
@@ -228,23 +230,12 @@ def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
-# A pair whose draft is a prompt lookup is studied as a pair of its own: "smollm2-135m-int8+lookup"
-# (transformers' settings) or "...+lookup-n3-k16". Its records, verdicts and report section are
-# apart from the model draft's, and it is timed by the wall clock (report.MODELED_PRESETS).
-LOOKUP_MARK = "+lookup"
-
-
 def study_name(preset: str, lookup: LookupSettings | None) -> str:
     if lookup is None:
         return preset
     if lookup == LookupSettings():
         return preset + LOOKUP_MARK
     return f"{preset}{LOOKUP_MARK}-n{lookup.max_ngram}-k{lookup.max_tokens}"
-
-
-def model_preset(name: str) -> str:
-    """The model pair a studied pair's name stands for."""
-    return name.split(LOOKUP_MARK)[0]
 
 
 # ---- commands as anyone could type them -----------------------------------------------------

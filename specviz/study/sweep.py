@@ -15,6 +15,11 @@ what every policy's round sees there, and the rounds of any policy follow by boo
   that far, the draft's probabilities along the answer stand in for it. That only changes when
   a policy that stops on the draft's confidence stops after a rejection, never the target passes.
 
+A lookup draft (core/lookup.py) needs no table: its proposal at a position is a function of the
+prompt and the answer before it, so the replay recomputes it there (`replay_lookup_passes`), and
+everything it counts is exact. It makes no draft pass; a round it drafted nothing in is a plain
+pass, priced as one.
+
 Time is modeled from the per-pass costs measured in the real run (study.costs: the prompt's
 prefill priced once per prompt, apart from the per-token passes).
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..core.lookup import LookupSettings, propose
 from ..core.policies import CATCH_UP_ROWS, DraftStep, Dynamic, Policy, Static
 from ..core.trace import Comparison, DraftAlongReference
 from .costs import PassCosts
@@ -126,18 +132,74 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
     return target_passes, draft_passes
 
 
+def replay_lookup_passes(policy: Policy, prompt_ids: list[int], reference: list[int], settings: LookupSettings,
+                         max_new_tokens: int, eos_ids: Iterable[int] = ()) -> tuple[int, int]:
+    """Target passes `policy` needs to produce `reference` with a lookup draft, and how many of
+    them after the first checked no draft token (plain passes): each round's proposal recomputed
+    from the text before it, as engine.LookupDrafter makes it."""
+    eos = frozenset(eos_ids)
+    end = len(reference)
+    position = target_passes = plain = 0
+    while position < end:
+        budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
+        found = propose(list(prompt_ids) + reference[:position], settings, eos) if budget else None
+        drafted = accepted = 0
+        probs: list[float] = []
+        agreeing = True
+        for index, (token, prob, entropy) in enumerate(zip(found.ids[:budget], found.probs, found.entropies)
+                                                       if found else ()):
+            drafted += 1
+            probs.append(prob)
+            agreeing = agreeing and position + index < end and token == reference[position + index]
+            accepted += agreeing
+            if not policy.keep_drafting(DraftStep(index, token, prob, entropy)):
+                break
+        policy.end_round(drafted, accepted, probs)
+        plain += target_passes > 0 and drafted == 0
+        target_passes += 1
+        position += accepted + 1
+    return target_passes, plain
+
+
+@dataclass(frozen=True)
+class ReplayedPasses:
+    target: int
+    draft: int
+    plain: int  # target passes after the first that checked no draft token
+
+
+def can_replay(comparison: Comparison) -> bool:
+    """A whole greedy run with what the replay needs: the draft table, or a lookup's prompt."""
+    if comparison.baseline is None or comparison.temperature > 0:
+        return False
+    if comparison.lookup is not None:
+        return comparison.prompt_ids is not None
+    return comparison.draft_along_reference is not None
+
+
+def replayed_passes(comparison: Comparison, policy: Policy, eos_ids: Iterable[int] = (),
+                    seen: Observations | None = None) -> ReplayedPasses:
+    """The passes `policy` needs on this run's answer, with the run's own draft."""
+    if not can_replay(comparison):
+        raise ValueError("what-if replays need a whole greedy run (its draft table or prompt, and its baseline)")
+    reference = comparison.reference_ids()
+    if comparison.lookup is not None:
+        target, plain = replay_lookup_passes(policy, comparison.prompt_ids, reference,
+                                             LookupSettings(**comparison.lookup), comparison.max_new_tokens, eos_ids)
+        return ReplayedPasses(target, 0, plain)
+    seen = seen if seen is not None else observations(comparison)
+    target, draft = replay_passes(policy, reference, comparison.draft_along_reference, comparison.max_new_tokens,
+                                  eos_ids, seen, comparison.prompt_tokens, comparison.draft_row_exact)
+    return ReplayedPasses(target, draft, 0)
+
+
 def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = None,
            eos_ids: Iterable[int] = (), seen: Observations | None = None) -> Replay:
-    if comparison.draft_along_reference is None or comparison.baseline is None:
-        raise ValueError("what-if replays need a whole greedy run (its draft table and its baseline)")
     costs = costs if costs is not None else PassCosts.from_comparison(comparison)
-    seen = seen if seen is not None else observations(comparison)
-    target_passes, draft_passes = replay_passes(policy, comparison.reference_ids(),
-                                                comparison.draft_along_reference, comparison.max_new_tokens,
-                                                eos_ids, seen, comparison.prompt_tokens, comparison.draft_row_exact)
-    seconds = costs.modeled_time(target_passes, draft_passes, comparison.prompt_tokens)
-    return Replay(policy.label, target_passes, draft_passes, seconds,
-                  modeled_speedup(comparison, target_passes, draft_passes, costs))
+    passes = replayed_passes(comparison, policy, eos_ids, seen)
+    seconds = costs.modeled_time(passes.target, passes.draft, comparison.prompt_tokens, passes.plain)
+    return Replay(policy.label, passes.target, passes.draft, seconds,
+                  modeled_speedup(comparison, passes, costs))
 
 
 @dataclass(frozen=True)
@@ -161,7 +223,7 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: floa
     measured = PassCosts.from_comparison(comparison)
     costs = measured if draft_ratio is None else measured.with_draft_ratio(draft_ratio)
     eos = list(eos_ids)
-    seen = observations(comparison)
+    seen = observations(comparison) if comparison.lookup is None else None
     oracle = next((t for t in comparison.traces if t.policy == "oracle"), None)
     return Sweep(
         thresholds=[replay(comparison, Dynamic(t, 20), costs, eos, seen) for t in THRESHOLDS],
@@ -172,10 +234,10 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: floa
     )
 
 
-def modeled_speedup(comparison: Comparison, target_passes: int, draft_passes: int, costs: PassCosts) -> float:
+def modeled_speedup(comparison: Comparison, passes: ReplayedPasses, costs: PassCosts) -> float:
     """Target-only decoding's modeled time over the time `costs` give these passes. With the run's
     own costs, target-only's modeled time is its measured wall time (its costs are that time spread
     over its passes); a draft cost set by hand leaves the target's costs, and so that time, alone."""
-    seconds = costs.modeled_time(target_passes, draft_passes, comparison.prompt_tokens)
+    seconds = costs.modeled_time(passes.target, passes.draft, comparison.prompt_tokens, passes.plain)
     baseline = costs.target_only_modeled_time(len(comparison.baseline.token_ids))
     return baseline / seconds if seconds > 0 else 0.0

@@ -27,7 +27,7 @@ from ..core.presets import DEFAULT_PRESET
 from ..core.trace import Trace
 from ..errors import SpecVizError
 from ..study.analysis import measured_draft_cost_ratio, rule_rounds
-from ..study.sweep import sweep
+from ..study.sweep import can_replay, sweep
 from .columns import (
     ALL_COLUMNS,
     EXTRA_COLUMNS,
@@ -272,7 +272,7 @@ REPLAY_EMPTY = '<div class="specviz-replay"><i>Run a comparison (or import one) 
 def what_if(comparison, eos, draft_cost=None):
     """The what-if sweep's chart and table; `draft_cost`: a draft pass as a fraction of a target
     pass (None: as measured in the run)."""
-    if comparison is None or comparison.draft_along_reference is None or not comparison.traces:
+    if comparison is None or not can_replay(comparison) or not comparison.traces:
         return gr.skip(), gr.skip()
     result = sweep(comparison, frozenset(eos or ()), None if draft_cost is None else float(draft_cost))
     return (gr.Plot(sweep_figure(result, comparison), visible=True),
@@ -294,7 +294,14 @@ def views(comparison, eos):
                  _fit(explain["pass_costs"]),
                  gr.Slider(minimum=1, maximum=max(2, len(rounds)), value=1, visible=bool(rounds)),
                  _rule_plot(rounds, rule_trace, 1))
-    if comparison.draft_along_reference is not None:
+    if can_replay(comparison) and comparison.lookup is not None:
+        sweep_plot, sweep_table = what_if(comparison, eos)
+        note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
+                "the lookup's proposal at each position is a function of the prompt and the answer before it, so "
+                "the replay recomputes it there and every count is exact. The lookup makes no draft pass; times "
+                "are modeled from this run's per-pass costs (its proposals' own time, well under a millisecond, "
+                "left out).")
+    elif can_replay(comparison):
         sweep_plot, sweep_table = what_if(comparison, eos)
         note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
                 "the draft's guess at each position depends on the text alone, so its guesses along the answer give "
@@ -307,7 +314,7 @@ def views(comparison, eos):
         sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
         note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"
                 f" (T={comparison.temperature:g}), so there is no single answer to replay."
-                if comparison.temperature > 0 else "This run has no draft table to replay (it was cut short).")
+                if comparison.temperature > 0 else "This run has nothing to replay (it was cut short).")
     adaptive = any(t.policy == "adaptive" for t in comparison.traces)
     threshold_plot = gr.Plot(_fit(threshold_figure(comparison)) if adaptive else None, visible=adaptive)
     labels = [t.label for t in comparison.traces]

@@ -7,7 +7,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from ..core.trace import Comparison
-from ..study.sweep import Sweep, sweep
+from ..study.sweep import Sweep, can_replay, sweep
 from .explain_plots import explain_figures
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 
@@ -19,7 +19,7 @@ def charts(comparison: Comparison, eos_ids: frozenset[int] = frozenset(),
     fraction of a target pass; None means as measured in the run."""
     figures = {"lookahead": lookahead_figure(comparison), "progress": progress_figure(comparison),
                **explain_figures(comparison)}
-    if comparison.draft_along_reference is not None and comparison.traces:
+    if can_replay(comparison) and comparison.traces:
         figures["sweep"] = sweep_figure(sweep(comparison, eos_ids, draft_ratio), comparison)
     if any(r.threshold is not None for t in comparison.traces for r in t.rounds):
         figures["threshold"] = threshold_figure(comparison)

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from ..colors import policy_color
 from ..core.trace import Comparison, Round, Trace
 from ..study.analysis import RoundVerdict, trace_verdicts, verdict_counts
-from ..study.sweep import Sweep, modeled_speedup
+from ..study.sweep import ReplayedPasses, Sweep, modeled_speedup
 
 ORACLE_LINE_COLOR = "#555555"
 BASELINE_LINE_COLOR = "#777777"
@@ -308,7 +308,7 @@ def sweep_figure(result: Sweep, comparison: Comparison) -> go.Figure:
             # The run's own point on each panel: target passes on top, its speedup below: measured,
             # or with a draft cost set by hand, its own passes priced at that cost (modeled).
             if result.cost_modeled and result.costs is not None:
-                speed = modeled_speedup(comparison, t.target_passes, t.draft_passes, result.costs)
+                speed = modeled_speedup(comparison, ReplayedPasses(t.target_passes, t.draft_passes, 0), result.costs)
                 speed_note = f"{speed:.2f}x modeled ({comparison.speedup(t):.2f}x measured)"
             else:
                 speed = comparison.speedup(t)
