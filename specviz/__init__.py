@@ -1,6 +1,6 @@
 """SpecViz: see how speculative decoding spends its work.
 
-Three packages, one per stage of the data flow (DESIGN.md); imports run one way, from ui and
+Three packages, one per stage of the data flow (docs/DESIGN.md); imports run one way, from ui and
 study down to core:
 
     core/   decode one prompt: the model pair (models), lookahead rules (policies), the

@@ -78,3 +78,21 @@ def test_the_modules_of_each_stage_import_one_way_too():
     for stage in ("core", "study", "ui"):
         graph = {p.stem: sibling_imports(p) for p in (PACKAGE / stage).glob("*.py")}
         assert import_circle(graph) is None, (stage, import_circle(graph))
+
+
+def test_every_module_is_named_in_the_layout_doc():
+    """docs/DESIGN.md's layout names every module of the package, so a module added without a
+    line there fails here."""
+    design = (PACKAGE.parent / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    layout = design[design.index("## Layout"):].split("\n## ")[0]
+    modules = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+    missing = [m for m in modules if Path(m).name not in layout]
+    assert not missing, f"not in docs/DESIGN.md's layout: {missing}"
+
+
+def test_readme_stays_a_card():
+    """README is also the Space's card: what the page shows, the headline, the quick start and
+    links; the rest lives in docs/."""
+    readme = PACKAGE.parent / "README.md"
+    assert readme.stat().st_size <= 15_000
+    assert (PACKAGE.parent / "docs" / "BENCHMARKS.md").stat().st_size <= 20_000

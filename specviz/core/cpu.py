@@ -1,51 +1,51 @@
-"""How a loaded model is set up for the CPU it runs on: the target's check of a window of draft
-tokens at about the price of one token, and the draft at its cheapest.
+"""How a loaded model is set up for the CPU it runs on: the target so that it checks a window of
+draft tokens at about the price of one token and stays lossless, the draft at its cheapest.
 
 Speculative decoding pays because the target checks k draft tokens in one forward pass that
-costs about as much as decoding one. In fp32 on this project's CPUs it does not: torch's matrix
-product over a few rows repacks the whole weight matrix on every call, about three times the
-memory traffic of its one-row path, so a pass over 8 tokens cost 2.5-2.9 one-token passes
-(docs/BENCHMARKS.md, "What a pass costs"). In bf16 on a CPU with native bf16 (AMX or
-AVX512-BF16) oneDNN's product costs about the same for 1 to 20 rows, and less than fp32's
-one-row path once each weight is packed for it (done once, at load: what torch's inductor does
-when it freezes a model).
+costs about as much as decoding one. torch's fp32 product over a few rows does not: it repacks
+the whole weight matrix on every call (docs/BENCHMARKS.md, "What a pass costs"). Which set-up
+runs instead is decided at load, by what the CPU has and by short timings on the model's shapes.
 
-A target whose numbers depend on how many tokens a pass reads would make "lossless" a matter of
-rounding luck. In bf16 each Linear gives a row the same bits whether it is computed alone or
-among 20 rows; attention does not: transformers' sdpa path lays out one query row (its GQA
-packing) differently from several, and the fused kernel's blocking depends on the number of
-rows. So the bf16 set-up computes attention one query row at a time, each row with exactly the
-call a one-token pass makes (`row_attention`). Then a row's logits are bitwise the same in a
-verification pass of any length and in target-only decoding, and greedy speculative decoding is
-lossless by construction. `rows_exact` checks that on the machine at hand before the set-up is
-used; where it fails, or the CPU has no native bf16, the target stays as loaded (fp32).
+Row-exact. A set-up is row-exact when a row's logits are the same bits in a verification pass of
+any length as in a one-token pass: greedy speculative decoding is then lossless by construction,
+not by rounding luck. Attention as loaded is not (transformers' sdpa path lays out one query row
+differently from several, and the fused kernel's blocking depends on the row count), so a
+row-exact set-up computes attention one query row at a time, each with exactly the call of a
+one-token pass (`row_attention`). It is checked, never assumed: `rows_exact` compares windows of
+8 and 24 new tokens with one-token passes on a one-layer probe of the model's shapes, before the
+model is converted, and a set-up that fails is not used.
 
-On a CPU without native bf16 (an AMD EPYC with AVX2, say) there is no bf16 kernel that checks a
-window for the price of a token: torch's bf16 product there costs in proportion to its rows. But
-the fp32 product can be asked the other way round: weight @ rows.T instead of rows @ weight.T is
-the same sum, and MKL then streams the weight once for all the rows instead of repacking it on
-every call (measured on an EPYC, one 8960x1536 projection: 4 rows cost 0.94 of one row, 8 rows
-1.5, 16 rows 1.9, against 3.7, 3.2 and 3.7 the usual way; scripts/bench_small_rows.py). The
-"fp32-window" set-up computes every product over 2 to WINDOW_ROWS rows that way, in place, on the
-same weights (no copy), and one row the usual way; it is chosen where a short measurement at load
-finds it faster. Like plain fp32 it is not row-exact (a row's logits may differ in the last bits
-between a window and a one-token pass, as they already did), so lossless stays what it was in fp32.
+The target (`choose_target`), the first that applies:
 
-The draft's numbers need not equal anything: the engine feeds it one token per call, which makes
-its guess a function of the text alone (engine.Drafter). It only has to be cheap and to guess as
-well. A one-token call reads every weight once, so its price is its weights' bytes: in the
-target's own precision a 0.5B draft costs at least its share of a 1.5B target's bytes (0.32, measured
-0.36). Stored in 4 bits (`Int4Linear`: groups of 32 weights with a bf16 scale and offset each,
-torch's int4 weight-only kernel, bf16 activations) the real pair's draft reads a quarter of its
-bf16 bytes: 35-42 ms a call against bf16's 70-85 ms on an AVX512-BF16 EPYC, and it guesses the
-target's token at 87.4% of the study's answer positions against fp32's 88.1% (docs/BENCHMARKS.md).
-So the draft gets int4 where a one-row int4 product measures clearly faster than the bf16 one this
-machine would use; else bf16 with packed weights where the CPU has native bf16; elsewhere plain
-bf16 where a one-row bf16 product measures faster than fp32's (it reads half the bytes: 0.35 of
-fp32's time on the EPYC above).
+* kquant: the GGUF's own K-quant codes on SpecViz's kernel (kquant.py), where the codes were kept
+  at set-up, the kernel builds for this CPU (AVX512F, AVX512BW, AVX512-VNNI), the set-up is
+  row-exact here, and it times faster than the next set-up would, for one row and for 8;
+* bf16, where the CPU has native bf16 (AMX or AVX512-BF16, and a torch whose oneDNN uses them):
+  each Linear packed once, at load, for oneDNN (`PackedLinear`, what torch's inductor does when it
+  freezes a model), about as cheap for 20 rows as for one. oneDNN picks its kernel, and so its
+  order of summation, by the row count, so every product runs on one of ROW_SIZES rows (padded
+  with zeros): ROW_SIZES where that is row-exact, else its smallest alone, else fp32;
+* fp32-window, without native bf16 (there torch's bf16 product costs in proportion to its rows),
+  where it times clearly faster: products over 2 to WINDOW_ROWS rows computed weight-first,
+  weight @ rows.T, the same sum, for which MKL streams the weight once instead of repacking it
+  (`WindowLinear`, on the same weights). Not row-exact: lossless stays what it was in fp32;
+* fp32, as loaded. ("bf16-fast", bf16 packed with transformers' attention, is only ever forced.)
 
-SPECVIZ_TARGET_SETUP (fp32, fp32-window, bf16, bf16-fast or auto) and SPECVIZ_DRAFT_SETUP (fp32,
-bf16, int4 or auto) force a choice. A GPU keeps its own path (gpu.py).
+The draft's numbers need not equal anything: the engine feeds it so that its guess is a function
+of the text alone (engine.Drafter). It has to be cheap and to guess as well; a one-token call
+reads every weight once, so its price is its weights' bytes. The draft (`choose_draft`), the first
+that applies: kquant, SpecViz's own 4-bit codes on the same kernel, where it builds and a one-row
+product times faster than torch's int4; int4 (`Int4Linear`, a quarter of bf16's bytes) where a
+one-row product times clearly faster than the bf16 below; bf16 packed where the CPU has native
+bf16; elsewhere bf16 as cast (`CastLinear`, its prompt prefill in fp32) where a one-row product
+times clearly faster than fp32's; else fp32. `draft_rows_exact` then says whether the draft may
+read a round's backlog in one call (engine.Drafter).
+
+Each timing is the median of five calls on the model's widest Linear layer that both kernels fit
+(for fp32-window the widest but the output layer, over 8 rows); "clearly faster" is under 0.8 of
+the other's time. SPECVIZ_TARGET_SETUP (fp32, fp32-window, bf16, bf16-fast, kquant or auto) and
+SPECVIZ_DRAFT_SETUP (fp32, bf16, int4, kquant or auto) force a choice. The bundled pairs are not
+set up here (models.py derives their drafts from the target); a GPU keeps its own path (gpu.py).
 """
 
 from __future__ import annotations

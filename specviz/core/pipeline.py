@@ -1,4 +1,4 @@
-"""One prompt through the baseline, the oracle and every policy: the data flow of DESIGN.md.
+"""One prompt through the baseline, the oracle and every policy: the data flow of docs/DESIGN.md.
 
 `run_comparison` streams one comparison: it reports after every draft step and every round of
 every run. The app, the API and the study reach it through `run_preset`, the one door to model

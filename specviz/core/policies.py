@@ -306,60 +306,46 @@ class Decision:
 class CostAware(Policy):
     """Keep drafting while one more draft token is worth what it costs on this machine.
 
-    A round is a renewal cycle: it takes some time and commits some tokens, so the long-run rate
-    is E[tokens per round] / E[time per round]. Adding a step that brings g expected tokens at a
-    cost of c milliseconds raises that rate exactly when g / c exceeds the rate itself (for the
-    best rate R*, this stopping rule is the optimal one: Dinkelbach's argument for ratios). One
-    more draft token after n drafted brings g = P(the n drafted are all accepted) x a, where a is
-    the chance that the next one is accepted too, and costs c = one draft call plus what one more
-    row adds to the verification pass, V(n + 2) - V(n + 1). So: draft token n + 1 while
-    g / c > R, with R the run's throughput so far (tokens over the time its rounds took, priced
-    with the same costs; before the first round, plain decoding's 1 / V(1)), but never below
-    1 / V(1): plain decoding is always to be had, so the best rate is at least its. Where even the first
-    token is not worth it, the round drafts nothing, which is plain decoding, as it should be where
-    a draft costs as much as the target.
+    Why this rule. A round is a renewal cycle: it takes some time and commits some tokens, so the
+    long-run rate is E[tokens per round] / E[time per round]. Adding a step that brings g expected
+    tokens at a cost of c milliseconds raises that rate exactly when g / c exceeds the rate itself
+    (for the best rate R*, this stopping rule is the optimal one: Dinkelbach's argument for
+    ratios). One more draft token after n drafted brings g = P(the n drafted are all accepted) x a,
+    where a is the chance that the next one is accepted too, and costs c = one draft call plus what
+    one more row adds to the verification pass, V(n + 2) - V(n + 1). So: draft token n + 1 while
+    g / c > R, at most `max_tokens` a round. R is the run's throughput so far (its tokens over the
+    time its rounds took, priced with the same costs, with plain decoding's 1 / V(1) as a prior
+    worth `prior_weight` tokens), but never below 1 / V(1): plain decoding is always to be had, so
+    the best rate is at least its. Where even the first token is not worth it, the round drafts
+    nothing, which is plain decoding, as it should be where a draft costs as much as the target.
 
-    The draft reads every committed token once, in its drafting or in a round's catch-up, and a
-    backlog left by plain rounds is paid when drafting resumes. Where the draft reads its backlog
-    in one call (a row-exact draft, engine.Drafter), that call is what the round's first token
-    costs (`PassPrices.catch_up`): a little more than one call, and it is the price the clock pays
-    (on the bundled int8 pair, a one-token round after a fully accepted one reads two tokens: 31 ms,
-    not the 21 ms of a one-token call, and priced at 21 ms the rule lost 5-11% to plain decoding).
-    Where the draft reads one call per token the backlog is counted in the run's rate only: in the
-    decision it grew with every plain round until drafting never paid again (measured on the real
-    pair with such a draft, 91 target passes of 96 tokens).
+    Prices (`PassPrices`, measured on the pair, fixed for the run): a draft call, the target's pass
+    V(w) over w new tokens, and a row-exact draft's catch-up call over 1, 2, ... tokens. The draft
+    reads every committed token once, in its drafting or in a round's catch-up (engine.Drafter),
+    so a backlog left by plain rounds is paid when drafting resumes. A row-exact draft reads it in
+    one call, and that call (`PassPrices.catch_up`) is what the clock pays for the round's first
+    token, so it is that token's price. A draft that reads one call per token pays one call for
+    it, and its backlog is counted in the run's rate only: charged to the decision, it would grow
+    with every plain round until drafting never paid again.
 
-    A round that drafts nothing learns nothing, so an estimate left low by a few early rejections
-    would keep the rule plain for good. The first token's chance is therefore taken optimistically
-    after plain rounds: its estimate plus sqrt(ln(1 + s) / n), s the plain rounds in a row and n
-    the verdicts behind the estimate (an upper confidence bound, as in bandit rules), capped at 1,
-    so a pair on which even a sure first token does not pay never drafts.
+    Acceptance: the draft's probability calibrated on the run's own verdicts, in ten bins of
+    probability, accepted / judged with a prior worth `prior_weight` tokens that the draft is
+    calibrated (a = p); tokens after a round's first rejection are unjudged. The next token's
+    chance is estimated by the last one's (a draft's confidence runs in streaks); a round's first
+    token gets the run's acceptance so far (prior 1/2). A round that drafts nothing learns nothing,
+    so after s plain rounds in a row that estimate is raised by sqrt(ln(1 + s) / n), n the verdicts
+    behind it (an upper confidence bound, as in bandit rules), capped at 1: an estimate left low by
+    a few early rejections cannot keep the rule plain for good, and a pair on which even a sure
+    first token does not pay never drafts.
 
-    Why one token ahead, although a CPU's verification pass is not convex (its second row can cost
-    a whole pass, the rows after it little, so one more token may not pay where eight would): a
-    rule that weighs every stop from the round's start (the best m tokens together) was tried by
-    the what-if replay on the saved study comparisons (docs/study-bundled-costaware, docs/study-xeon).
-    On the real pair it changed nothing (1.66-1.67x coding). On the bundled pairs it only paid with
-    an optimistic guess of how long the draft stays right, and that optimism made it explore where
-    drafting never pays: every exploring round also pays the draft's catch-up on the tokens it
-    skipped, and on a long prompt its prefill (int8 pair 0.73-0.96x of target-only, dynamic 0.4
-    0.78-0.85x, this rule 1.00x; the bf16 pair's coding rose from 1.00x to at most 1.11x, below
-    dynamic 0.4's 1.32x, while its summaries fell to 0.6-0.7x). Starting a round also when the
-    run's own drafting rounds, priced, beat plain decoding (optimistically while few, a bandit's
-    arm) fared no better: it beat dynamic 0.4 on the AVX512 EPYC's int8 coding (1.16x against
-    1.15x) only by a gamble on the draft's prompt prefill that left a long summary prompt 8% slower
-    than target-only; priced, the gamble is never taken (docs/BENCHMARKS.md, the cost-aware rule on
-    the bundled pairs). Planning the whole window from the round's start was tried again with the
-    run's own acceptance for the tokens not yet drafted, and bounded by a version told each prompt's
-    acceptance in advance: even that bound breaks the 5% guard on the copy drafts, whose payoff hangs
-    on their prompt prefill and on where the rejections fall (scripts/whatif_costaware.py replays
-    every variant on the kept comparisons).
+    The rule looks one token ahead, although a CPU's verification pass is not convex (its second
+    row can cost a whole pass, the rows after it little, so one more token may not pay where eight
+    would). Rules that plan the whole window from the round's start were tried on the kept
+    comparisons and rejected: docs/HISTORY.md, "The cost-aware rule: variants tried and rejected";
+    scripts/whatif_costaware.py replays every variant.
 
-    Acceptance comes from the draft's probability, calibrated on the run's own verdicts: in ten
-    bins of probability, accepted / judged with a prior worth `prior_weight` tokens that the draft
-    is calibrated (a = p). The next token's chance is estimated by the last one's (a draft's
-    confidence runs in streaks). Every decision depends only on probabilities, verdicts and the
-    prices, so the what-if replay reproduces the rule exactly, given the same prices.
+    Every decision depends only on probabilities, verdicts and the prices, so the what-if replay
+    reproduces the rule exactly, given the same prices. Each is kept in `decisions`, per round.
     """
 
     name = "costaware"

@@ -70,7 +70,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("qwen2.5-1.5b", "Qwen2.5-1.5B-Instruct, draft Qwen2.5-0.5B-Instruct (hub)",
            "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", ram_gb=8.5),
     Preset("llama-3.1-8b", "Llama-3.1-8B-Instruct, draft Llama-3.2-1B-Instruct (hub, the study's pair; "
-           "needs a GPU: a ZeroGPU Space, see README)", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct", ram_gb=40.0),
+           "needs a GPU: a ZeroGPU Space, see docs/SETUP.md)", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct", ram_gb=40.0),
 ]}
 BUILTIN_DEFAULT_PRESET = "smollm2-135m-int8"
 DEFAULT_PRESET_ENV = "SPECVIZ_DEFAULT_PRESET"

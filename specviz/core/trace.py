@@ -4,7 +4,7 @@ A `Round` is one draft-then-verify step. A `Trace` is one policy's whole run. A 
 holds one prompt's baseline (target-only decoding) and the traces of every policy run on it,
 and is what the CLI writes as JSON and the app can load back without any model.
 
-Counting follows DESIGN.md: one target forward pass per round (the prompt prefill is merged
+Counting follows docs/DESIGN.md: one target forward pass per round (the prompt prefill is merged
 into the first round); a draft pass is one draft forward call: one per drafted token, plus the
 catch-up calls and the prompt prefill of engine.Drafter, which `Round.draft_passes` counts.
 """

@@ -2,7 +2,7 @@
 `python -m specviz bench-hf` (the engine's overhead against transformers' assisted generation).
 
 Both only drive the pipeline and write files; no model math lives here. Figures are summarised
-the way the study (DESIGN.md) reports them: speedup over target-only decoding, target and draft
+the way the study (docs/DESIGN.md) reports them: speedup over target-only decoding, target and draft
 forward passes, acceptance, and the oracle as the yardstick for every policy.
 
 Timings on a shared CPU are noisy, so every ratio is measured within one run, and bench-hf

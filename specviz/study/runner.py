@@ -1,4 +1,4 @@
-"""`python -m specviz study`: each claim of the study (DESIGN.md) checked on model pairs, over
+"""`python -m specviz study`: each claim of the study (docs/DESIGN.md) checked on model pairs, over
 whole prompt suites.
 
 Every prompt of every suite goes through target-only decoding, static 5, heuristic from 5,
