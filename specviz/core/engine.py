@@ -200,11 +200,8 @@ class LookupDrafter:
             return proposal
         found = lookup.propose(sequence, self.settings, eos_ids)
         proposal.source = found.source
-        for index, (token, prob, entropy) in enumerate(zip(found.ids[:budget], found.probs, found.entropies)):
-            step = DraftStep(index, token, prob, entropy)
-            proposal.add(step, None if sampler.greedy else self._certain(token))
-            if not policy.keep_drafting(step):
-                break
+        for step in lookup.drafted(found, budget, policy):
+            proposal.add(step, None if sampler.greedy else self._certain(step.token_id))
         return proposal
 
     def _certain(self, token: int) -> torch.Tensor:

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..errors import SpecVizError
+from .policies import DraftStep, Policy
 
 MAX_NGRAM = 8  # longer n-grams almost never recur verbatim; they only slow the search
 MAX_TOKENS = 64  # as policies.MAX_LOOKAHEAD
@@ -89,6 +90,18 @@ def propose(text: list[int], settings: LookupSettings, eos_ids: frozenset[int] =
             return Lookup()
         return Lookup(copied, *_shares(text, found, size, copied), source=start, ngram=size)
     return Lookup()
+
+
+def drafted(found: Lookup, budget: int, policy: Policy) -> list[DraftStep]:
+    """The steps a round drafts from a proposal: at most `budget` tokens, until the policy stops
+    (the token it stops on is still sent, as with a model draft). The engine and the what-if
+    replay both draft this way, so the replay meets what a run did."""
+    steps = []
+    for index, (token, prob, entropy) in enumerate(zip(found.ids[:budget], found.probs, found.entropies)):
+        steps.append(DraftStep(index, token, prob, entropy))
+        if not policy.keep_drafting(steps[-1]):
+            break
+    return steps
 
 
 def _shares(text: list[int], found: list[int], size: int, copied: list[int]) -> tuple[list[float], list[float]]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..core.lookup import LookupSettings, propose
+from ..core.lookup import LookupSettings, drafted, propose
 from ..core.policies import CATCH_UP_ROWS, DraftStep, Dynamic, Policy, Static
 from ..core.trace import Comparison, DraftAlongReference
 from .costs import PassCosts
@@ -143,19 +143,13 @@ def replay_lookup_passes(policy: Policy, prompt_ids: list[int], reference: list[
     while position < end:
         budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
         found = propose(list(prompt_ids) + reference[:position], settings, eos) if budget else None
-        drafted = accepted = 0
-        probs: list[float] = []
-        agreeing = True
-        for index, (token, prob, entropy) in enumerate(zip(found.ids[:budget], found.probs, found.entropies)
-                                                       if found else ()):
-            drafted += 1
-            probs.append(prob)
-            agreeing = agreeing and position + index < end and token == reference[position + index]
-            accepted += agreeing
-            if not policy.keep_drafting(DraftStep(index, token, prob, entropy)):
-                break
-        policy.end_round(drafted, accepted, probs)
-        plain += target_passes > 0 and drafted == 0
+        steps = drafted(found, budget, policy) if found else []
+        accepted = 0
+        while accepted < len(steps) and position + accepted < end \
+                and steps[accepted].token_id == reference[position + accepted]:
+            accepted += 1
+        policy.end_round(len(steps), accepted, [step.prob for step in steps])
+        plain += target_passes > 0 and not steps
         target_passes += 1
         position += accepted + 1
     return target_passes, plain

@@ -269,6 +269,22 @@ def _stopped(comparison, active) -> tuple:
 REPLAY_EMPTY = '<div class="specviz-replay"><i>Run a comparison (or import one) to step through its rounds.</i></div>'
 
 
+WHAT_IF_NOTE_MODEL = (
+    "Every other lookahead setting replayed on this run's answer, without running the models again: "
+    "the draft's guess at each position depends on the text alone, so its guesses along the answer give "
+    "every setting's target passes exactly, and its draft passes exactly for the settings run (stars). "
+    "For the others, the tokens a draft would propose after a rejected one are unseen: their draft "
+    "passes can be off by the few calls where a confidence rule would have stopped there. Times are "
+    "modeled from this run's per-pass costs; set the draft's cost below to see what the same passes "
+    "would give with a cheaper draft.")
+WHAT_IF_NOTE_LOOKUP = (
+    "Every other lookahead setting replayed on this run's answer, without running the models again: "
+    "the lookup's proposal at each position is a function of the prompt and the answer before it, so "
+    "the replay recomputes it there and every count is exact. The lookup makes no draft pass; times "
+    "are modeled from this run's per-pass costs (its proposals' own time, well under a millisecond, "
+    "left out).")
+
+
 def what_if(comparison, eos, draft_cost=None):
     """The what-if sweep's chart and table; `draft_cost`: a draft pass as a fraction of a target
     pass (None: as measured in the run)."""
@@ -294,22 +310,9 @@ def views(comparison, eos):
                  _fit(explain["pass_costs"]),
                  gr.Slider(minimum=1, maximum=max(2, len(rounds)), value=1, visible=bool(rounds)),
                  _rule_plot(rounds, rule_trace, 1))
-    if can_replay(comparison) and comparison.lookup is not None:
+    if can_replay(comparison):
         sweep_plot, sweep_table = what_if(comparison, eos)
-        note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
-                "the lookup's proposal at each position is a function of the prompt and the answer before it, so "
-                "the replay recomputes it there and every count is exact. The lookup makes no draft pass; times "
-                "are modeled from this run's per-pass costs (its proposals' own time, well under a millisecond, "
-                "left out).")
-    elif can_replay(comparison):
-        sweep_plot, sweep_table = what_if(comparison, eos)
-        note = ("Every other lookahead setting replayed on this run's answer, without running the models again: "
-                "the draft's guess at each position depends on the text alone, so its guesses along the answer give "
-                "every setting's target passes exactly, and its draft passes exactly for the settings run (stars). "
-                "For the others, the tokens a draft would propose after a rejected one are unseen: their draft "
-                "passes can be off by the few calls where a confidence rule would have stopped there. Times are "
-                "modeled from this run's per-pass costs; set the draft's cost below to see what the same passes "
-                "would give with a cheaper draft.")
+        note = WHAT_IF_NOTE_LOOKUP if comparison.lookup is not None else WHAT_IF_NOTE_MODEL
     else:
         sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
         note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"
