@@ -59,7 +59,12 @@ def free_port() -> int:
 def start_app(log_path: Path, timeout_s: float = 120, **env_extra: str) -> tuple[subprocess.Popen, str]:
     """Start the app with its output in `log_path`; return the process and its URL once it serves."""
     port = free_port()
-    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", **env_extra)
+    # The app's temporary files (downloads, Gradio's cache) stay beside its log, so pytest's own
+    # clean-up of old runs removes them instead of /tmp filling with every run's copies.
+    scratch = log_path.parent / "tmp"
+    scratch.mkdir(exist_ok=True)
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1", TMPDIR=str(scratch),
+               GRADIO_TEMP_DIR=str(scratch / "gradio"), **env_extra)
     env.pop("GRADIO_SERVER_PORT", None)
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,

@@ -460,3 +460,15 @@ def test_the_cost_aware_round_chart_and_its_stop_reason():
     assert series["actual"].y[0] == pytest.approx(3 / 14 * 1000)  # 3 tokens in 4 + 10 ms
     reason = stop_reason(trace.rounds[1], trace)
     assert reason.code == "price" and "token 3 was not worth its price" in reason.text
+
+
+def test_downloads_keep_only_the_newest_folders_and_never_reuse_one(tmp_path):
+    """Each shown comparison writes its downloads (about 40 MB) to a fresh folder; a folder per
+    export that nobody removed once filled CI's disk, so only the newest few stay."""
+    from specviz.ui.export import ExportFolders
+
+    folders = ExportFolders(kept=2, parent=tmp_path)
+    made = [folders.new() for _ in range(5)]
+    assert len(set(made)) == 5
+    assert [f.exists() for f in made] == [False, False, False, True, True]
+    assert len(list(tmp_path.iterdir())) == 1  # one root for the process

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import threading
 import time
 from dataclasses import replace
 from html import escape as html_escape
-from pathlib import Path
 
 import gradio as gr
 import pandas as pd
@@ -41,7 +39,7 @@ from .columns import (
     status_html,
 )
 from .explain_plots import explain_figures, rule_round_figure
-from .export import SWEEP_HEADERS, sweep_rows, write_all
+from .export import SWEEP_HEADERS, ExportFolders, sweep_rows, write_all
 from .files import example_comparison, load_comparison_file
 from .heartbeat import with_heartbeat
 from .inputs import lookup_value, max_new_tokens_value, modes_string, seed_value, temperature_value
@@ -53,6 +51,7 @@ from .replay import replay_html, replay_step
 from .turns import Standing, Turns, expected_seconds, take_turn, waiting_message
 
 logger = logging.getLogger("specviz.app")
+EXPORT_FOLDERS = ExportFolders()
 
 # Model work is serialized: a run cancelled by Stop finishes its current step in a worker thread,
 # and the next run must not start computing on the shared pair until that step is over.
@@ -384,11 +383,11 @@ def replay_move(comparison, label, number, eos, delta):
 
 
 def exports(comparison, eos, png=False):
-    """Write the downloads into a fresh temporary folder (never a path from the visitor)."""
+    """Write the downloads into a fresh temporary folder (never a path from the visitor); older ones go."""
     if comparison is None:
         return gr.skip(), gr.skip()
     try:
-        folder = Path(tempfile.mkdtemp(prefix="specviz-export-"))
+        folder = EXPORT_FOLDERS.new()
         paths, warnings = write_all(comparison, folder, frozenset(eos or ()), png=png)
     except Exception:
         logger.exception("export failed")

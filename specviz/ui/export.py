@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -55,6 +59,33 @@ def write_all(comparison: Comparison, folder: Path, eos_ids: frozenset[int] = fr
             else:
                 written.append(folder / f"{stem}.png")
     return written, warnings
+
+
+class ExportFolders:
+    """Where the page writes its downloads: one folder per export, under one root per process.
+
+    Every comparison shown writes about 40 MB (each chart's HTML carries plotly.js so that it opens
+    offline), and Gradio serves the files from copies in its own cache. A fresh folder per export
+    that nobody removes fills a Space's disk (and did fill CI's), so only the newest `kept` folders
+    stay (older downloads are already in Gradio's cache), and the root goes when the process ends."""
+
+    def __init__(self, kept: int = 4, parent: Path | None = None):
+        self.kept = kept
+        self._parent = parent
+        self._root: Path | None = None
+        self._made: list[Path] = []
+        self._lock = threading.Lock()
+
+    def new(self) -> Path:
+        with self._lock:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="specviz-exports-", dir=self._parent))
+                atexit.register(shutil.rmtree, self._root, True)
+            folder = Path(tempfile.mkdtemp(dir=self._root))
+            self._made.append(folder)
+            while len(self._made) > self.kept:
+                shutil.rmtree(self._made.pop(0), ignore_errors=True)
+            return folder
 
 
 def sweep_rows(result: Sweep) -> list[list]:

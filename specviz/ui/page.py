@@ -288,8 +288,10 @@ def build_demo() -> gr.Blocks:
     limits = Limits.from_env()
     examples = load_examples()
     p = SimpleNamespace()
+    # Gradio copies every download into its cache (about 40 MB a comparison): files older than an
+    # hour go, checked hourly, and the rest when the app stops, so a Space's disk does not fill.
     with gr.Blocks(title="SpecViz: speculative decoding lookahead", fill_width=True,
-                   analytics_enabled=False) as demo:
+                   analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         # The first screen holds the prompt, Run, the examples and one row of settings, so that the
         # four columns and their first tokens are in view at 1280x720 without scrolling.
         _prompt_and_run(p, examples, limits)
