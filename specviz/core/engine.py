@@ -210,7 +210,9 @@ class LookupDrafter:
         return distribution
 
 
-# What `speculate` calls to make a run's drafter, given the pair and the prompt.
+# What `speculate` calls to make a run's drafter, given the pair and the prompt: the pair's draft
+# model (`Drafter.for_pair`, or `TransformersDrafter.for_pair` to reproduce transformers' passes
+# exactly), or a lookup in the text (`LookupDrafter.using(settings)`).
 MakeDrafter = Callable[["ModelPair", list[int]], "Drafter | LookupDrafter"]
 
 
@@ -263,6 +265,11 @@ class Proposal:
     entropies: list[float] = field(default_factory=list)
     distributions: list[torch.Tensor] = field(default_factory=list)
     source: int | None = None  # a lookup's: where in the text its tokens were copied from
+    # What making it cost the drafter (set by `draft`): its forward calls, their seconds, and the
+    # seconds of those calls that caught up on tokens the draft had not seen.
+    passes: int = 0
+    seconds: float = 0.0
+    prefill_s: float = 0.0
 
     def add(self, step: DraftStep, distribution: torch.Tensor | None) -> None:
         self.ids.append(step.token_id)
@@ -279,14 +286,25 @@ def describe(distribution: torch.Tensor, token: int) -> tuple[float, float]:
 
 def draft(drafter: Drafter | LookupDrafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
           eos_ids: frozenset[int]) -> Proposal:
-    """Propose up to `budget` tokens for the target to check."""
-    return drafter.propose(sequence, budget, policy, sampler, eos_ids)
+    """Propose up to `budget` tokens for the target to check, with what proposing them cost."""
+    started, passes_before, prefill_before = time.perf_counter(), drafter.passes, drafter.prefill_s
+    proposal = drafter.propose(sequence, budget, policy, sampler, eos_ids)
+    proposal.seconds = time.perf_counter() - started
+    proposal.passes, proposal.prefill_s = drafter.passes - passes_before, drafter.prefill_s - prefill_before
+    return proposal
 
 
 def verify(verifier: CachedModel, sequence: list[int], proposal: list[int]) -> torch.Tensor:
     """The target's logits after each committed-or-proposed token: len(proposal) + 1 rows."""
     feed = sequence[verifier.length:] + proposal
     return verifier.forward(feed, keep=len(proposal) + 1)
+
+
+def accept(proposal: Proposal, target_logits: torch.Tensor, sampler: Sampler) -> tuple[int, int]:
+    """How many proposed tokens the target keeps, and the token it adds itself."""
+    if sampler.greedy:
+        return accept_greedy(proposal.ids, target_logits)
+    return accept_sampling(proposal.ids, proposal.distributions, target_logits, sampler)
 
 
 def accept_greedy(proposal: list[int], target_logits: torch.Tensor) -> tuple[int, int]:
@@ -331,23 +349,19 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
               make_drafter: MakeDrafter = Drafter.for_pair) -> Iterator[Trace]:
     """Speculative decoding of one prompt under one lookahead policy, one round at a time.
 
-    Yields the same `Trace` before the first round, again after each draft step (with the
-    proposal in `trace.pending`, before the target's verdict; skipped when nothing was drafted)
-    and again after every round, so a caller can show the draft proposing and the target
-    deciding as they happen. Stop by no longer asking for the next one: between rounds
-    (`trace.pending` is None) the trace then keeps `stop_reason="stopped"` and every pass it
-    counts. `wall_s` counts this function's own time only, not the caller's between yields.
-    `make_drafter` makes what proposes the tokens: the pair's draft model (`Drafter.for_pair`, or
-    `TransformersDrafter.for_pair` to reproduce transformers' passes exactly), or a lookup in the
-    text (`LookupDrafter.using(settings)`).
+    Yields the same `Trace` before the first round, after each draft step (the proposal in
+    `trace.pending`, before the target's verdict; skipped when nothing was drafted) and after
+    every round, so a caller can show the draft proposing and the target deciding as they happen.
+    Stop by no longer asking for the next one: between rounds (`trace.pending` is None) the trace
+    keeps `stop_reason="stopped"` and every pass it counts. `wall_s` counts this function's own
+    time, not the caller's between yields. `make_drafter` makes what proposes (see `MakeDrafter`).
     """
     started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)
     drafter = make_drafter(pair, prompt_ids)
     verifier = CachedModel(pair.target, pair.vocab_size, pair.device)
     sequence = list(prompt_ids)
-    trace = Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=[], rounds=[], wall_s=0.0,
-                  stop_reason="stopped", temperature=temperature, seed=seed if temperature > 0 else None)
+    trace = _new_trace(policy, temperature, seed)
     answer = trace.token_ids
     trace.wall_s = time.perf_counter() - started
     yield trace
@@ -360,24 +374,16 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
 
         # inference_mode is not held across a yield: the caller's code runs there.
         with torch.inference_mode():
-            t0, passes_before, prefill_before = time.perf_counter(), drafter.passes, drafter.prefill_s
             proposal = draft(drafter, sequence, budget, policy, sampler, pair.eos_token_ids)
-            draft_s = time.perf_counter() - t0
         if proposal.ids:  # the proposal, shown before the verdict
             trace.pending = Pending(proposal.ids, proposal.probs)
             trace.wall_s += time.perf_counter() - started
             yield trace
             started = time.perf_counter()
         with torch.inference_mode():
-            t1 = time.perf_counter()
-            target_logits = verify(verifier, sequence, proposal.ids)
-            if sampler.greedy:
-                accepted, target_token = accept_greedy(proposal.ids, target_logits)
-            else:
-                accepted, target_token = accept_sampling(proposal.ids, proposal.distributions, target_logits,
-                                                         sampler)
-            t2 = time.perf_counter()
-
+            verify_started = time.perf_counter()
+            accepted, target_token = accept(proposal, verify(verifier, sequence, proposal.ids), sampler)
+            verify_s = time.perf_counter() - verify_started
         committed, hit_eos = _commit(proposal.ids, accepted, target_token, room, pair.eos_token_ids)
         accepted = min(accepted, len(committed))
         verifier.crop(len(sequence) + accepted)  # the drafter keeps what still holds at its next start
@@ -389,16 +395,20 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
             index=len(trace.rounds), position=len(answer) - len(committed), budget=budget,
             draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
             accepted=accepted, target_id=target_token if len(committed) > accepted else None,
-            draft_passes=drafter.passes - passes_before, draft_s=draft_s, verify_s=t2 - t1, threshold=threshold,
-            draft_prefill_s=drafter.prefill_s - prefill_before, draft_source=proposal.source,
+            draft_passes=proposal.passes, draft_s=proposal.seconds, verify_s=verify_s, threshold=threshold,
+            draft_prefill_s=proposal.prefill_s, draft_source=proposal.source,
         ))
-        done = hit_eos or len(answer) >= max_new_tokens
-        if done:
+        if hit_eos or len(answer) >= max_new_tokens:
             trace.stop_reason = "eos" if hit_eos else "max_new_tokens"
         trace.wall_s += time.perf_counter() - started
         yield trace
-        if done:
+        if hit_eos:
             return
+
+
+def _new_trace(policy: Policy, temperature: float, seed: int | None) -> Trace:
+    return Trace(policy=policy.name, label=policy.label, params=policy.params, token_ids=[], rounds=[], wall_s=0.0,
+                 stop_reason="stopped", temperature=temperature, seed=seed if temperature > 0 else None)
 
 
 def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,

@@ -8,12 +8,12 @@ and files.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from .. import settings
 from ..errors import SpecVizError
 from . import gpu
 from .costcurve import pass_prices
@@ -46,7 +46,7 @@ class Limits:
         def read(name: str, default: float, kind: type) -> float:
             # A value that is not a positive number (typo, 0, -1, nan, inf for counts) means the default:
             # a misconfigured server should start with sane caps rather than none or a crash.
-            raw = os.environ.get(name, "").strip()
+            raw = settings.read(name)
             try:
                 value = kind(float(raw)) if kind is int else kind(raw)
             except (ValueError, OverflowError):
@@ -202,36 +202,81 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
     check and the speedups wait for it. Stops early, marking the comparison partial, when the
     time budget runs out.
     """
-    limits = limits or Limits.from_env()
-    say = progress or (lambda message: None)
-    prompt_ids = prompt_ids_for(pair, request, limits)
-    deadline = time.monotonic() + limits.time_budget_s
+    run = ComparisonRun(pair, request, limits or Limits.from_env(), progress or (lambda message: None))
     greedy = request.temperature <= 0
-    comparison = Comparison(preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens,
-                            baseline=None, traces=[], temperature=request.temperature,
-                            seed=request.seed if not greedy else None, prompt_tokens=len(prompt_ids),
-                            draft_row_exact=pair.draft_row_exact,
-                            lookup=request.lookup.to_dict() if request.lookup else None,
-                            prompt_ids=list(prompt_ids) if request.lookup else None)
-    make_drafter = LookupDrafter.using(request.lookup) if request.lookup else Drafter.for_pair
-    oracle: Oracle | None = None
+    oracle_specs = [s for s in request.modes if s.policy == "oracle"] if greedy else []
+    for spec in [s for s in request.modes if s.policy != "oracle"]:
+        yield from run.policy((yield from run.make_policy(spec)))
+        if run.comparison.partial:
+            break
+        last = run.comparison.traces[-1]
+        if greedy and run.oracle is None and last.stop_reason != "stopped":
+            yield from run.find_oracle(last.token_ids, last.label)
+    if oracle_specs and not run.comparison.partial:
+        if run.oracle is None:  # no other policy ran: the reference comes from target-only decoding
+            yield from run.baseline()
+            if run.comparison.baseline is not None:
+                yield from run.find_oracle(run.comparison.baseline.token_ids, None)
+        if run.oracle is not None:
+            yield from run.policy(make_policy(oracle_specs[0], run.oracle))
+    if run.comparison.baseline is None and not run.comparison.partial:
+        yield from run.baseline()
+    run.check_lossless()
+    yield Update(run.comparison, None, "Done")
 
-    def out_of_time() -> bool:
-        comparison.partial = comparison.partial or time.monotonic() > deadline
-        return comparison.partial
 
-    def learn_prices(run: Trace | Baseline) -> None:
+class ComparisonRun:
+    """One comparison's state while it runs, and its steps: a policy's run, the oracle's search,
+    target-only decoding. `run_comparison` above decides their order."""
+
+    def __init__(self, pair: ModelPair, request: Request, limits: Limits, say: Callable[[str], None]):
+        self.pair, self.request, self.say = pair, request, say
+        self.prompt_ids = prompt_ids_for(pair, request, limits)
+        self.deadline = time.monotonic() + limits.time_budget_s
+        greedy = request.temperature <= 0
+        self.comparison = Comparison(
+            preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens, baseline=None,
+            traces=[], temperature=request.temperature, seed=request.seed if not greedy else None,
+            prompt_tokens=len(self.prompt_ids), draft_row_exact=pair.draft_row_exact,
+            lookup=request.lookup.to_dict() if request.lookup else None,
+            prompt_ids=list(self.prompt_ids) if request.lookup else None)
+        self.make_drafter = LookupDrafter.using(request.lookup) if request.lookup else Drafter.for_pair
+        self.oracle: Oracle | None = None
+
+    def out_of_time(self) -> bool:
+        self.comparison.partial = self.comparison.partial or time.monotonic() > self.deadline
+        return self.comparison.partial
+
+    def learn_prices(self, run: Trace | Baseline) -> None:
         """Every run's timings keep the cost-aware rule's prices up to date, once it has any."""
-        if pair.prices is not None:
-            pair.prices.record(run)
+        if self.pair.prices is not None:
+            self.pair.prices.record(run)
 
-    def run_policy(policy: Policy) -> Iterator[Update]:
+    def make_policy(self, spec: ModeSpec) -> Iterator[Update]:
+        """The spec's policy; the cost-aware rule's prices are measured on the pair first (once)."""
+        if spec.policy != "costaware":
+            return make_policy(spec)
+        if self.pair.prices is None:
+            message = "Measuring what a pass costs on this machine (for the cost-aware rule)"
+            self.say(message)
+            yield Update(self.comparison, None, message)
+            pass_prices(self.pair)
+            for trace in self.comparison.traces:  # the runs before it, timed on this very prompt
+                self.learn_prices(trace)
+        prices = pass_prices(self.pair)
+        if self.request.lookup:
+            prices = PassPrices(LOOKUP_STEP_MS, prices.target_ms)
+        return make_policy(spec, prices=prices)
+
+    def policy(self, policy: Policy) -> Iterator[Update]:
+        """Speculative decoding with `policy`, each round given its display text and the ideal."""
         message = f"Running {policy.label}"
-        say(message)
-        context = list(prompt_ids)
+        self.say(message)
+        pair, request, comparison = self.pair, self.request, self.comparison
+        context = list(self.prompt_ids)
         labelled = 0
-        for trace in speculate(pair, prompt_ids, policy, request.max_new_tokens, request.temperature,
-                               request.seed, make_drafter):
+        for trace in speculate(pair, self.prompt_ids, policy, request.max_new_tokens, request.temperature,
+                               request.seed, self.make_drafter):
             for r in trace.rounds[labelled:]:
                 context = label_round(pair.tokenizer, context, r)
             if comparison.oracle_ideal is not None:
@@ -240,80 +285,53 @@ def run_comparison(pair: ModelPair, request: Request, limits: Limits | None = No
             if trace.pending is not None:
                 trace.pending.draft_texts = token_pieces(pair.tokenizer, context, trace.pending.draft_ids)
             yield Update(comparison, trace, message)
-            if trace.pending is None and out_of_time():  # a drafted round is verified before stopping
+            if trace.pending is None and self.out_of_time():  # a drafted round is verified before stopping
                 break
         trace.text = pair.tokenizer.decode(trace.token_ids, skip_special_tokens=True)
         comparison.traces.append(trace)
-        learn_prices(trace)
+        self.learn_prices(trace)
 
-    def find_oracle(reference: list[int], source: str | None) -> Iterator[Update]:
-        nonlocal oracle
+    def find_oracle(self, reference: list[int], source: str | None) -> Iterator[Update]:
+        """The oracle's ideal lookahead along `reference` (the target's greedy answer)."""
         message = "Finding the oracle's ideal lookahead along the target's answer"
-        say(message)
+        self.say(message)
+        comparison = self.comparison
         yield Update(comparison, None, message)
+
         def report(position: int) -> Update:
             return Update(comparison, None, f"{message}: {position} of {len(reference)} tokens")
 
-        if request.lookup:
-            search = lookup_oracle_search(prompt_ids, reference, request.lookup, pair.eos_token_ids)
-            (oracle, ideal), comparison.oracle_s = yield from _relay(search, report)
+        if self.request.lookup:
+            search = lookup_oracle_search(self.prompt_ids, reference, self.request.lookup, self.pair.eos_token_ids)
+            (self.oracle, ideal), comparison.oracle_s = yield from _relay(search, report)
             along = None  # the what-if recomputes a lookup's proposals from the text instead
         else:
-            (oracle, ideal, along), comparison.oracle_s = yield from _relay(
-                oracle_search(pair, prompt_ids, reference), report)
+            (self.oracle, ideal, along), comparison.oracle_s = yield from _relay(
+                oracle_search(self.pair, self.prompt_ids, reference), report)
         comparison.oracle_ideal, comparison.draft_along_reference = ideal, along
         comparison.oracle_reference = source
         for t in comparison.traces:
             mark_ideal(t.rounds, ideal)
 
-    def run_baseline() -> Iterator[Update]:
+    def baseline(self) -> Iterator[Update]:
+        """Target-only decoding, the reference for the lossless check and the speedups."""
         message = "Running the target alone (target-only baseline)"
-        say(message)
-        for baseline in decode_target_only(pair, prompt_ids, request.max_new_tokens, request.temperature,
-                                           request.seed):
-            yield Update(comparison, None, f"{message}: {len(baseline.token_ids)} of {request.max_new_tokens} tokens")
-            if out_of_time():
+        self.say(message)
+        request = self.request
+        for baseline in decode_target_only(self.pair, self.prompt_ids, request.max_new_tokens,
+                                           request.temperature, request.seed):
+            yield Update(self.comparison, None,
+                         f"{message}: {len(baseline.token_ids)} of {request.max_new_tokens} tokens")
+            if self.out_of_time():
                 return
-        baseline.text = pair.tokenizer.decode(baseline.token_ids, skip_special_tokens=True)
-        comparison.baseline = baseline
-        learn_prices(baseline)
+        baseline.text = self.pair.tokenizer.decode(baseline.token_ids, skip_special_tokens=True)
+        self.comparison.baseline = baseline
+        self.learn_prices(baseline)
 
-    def policy_for(spec: ModeSpec) -> Iterator[Update]:
-        """The spec's policy; the cost-aware rule's prices are measured on the pair first (once)."""
-        if spec.policy != "costaware":
-            return make_policy(spec)
-        if pair.prices is None:
-            message = "Measuring what a pass costs on this machine (for the cost-aware rule)"
-            say(message)
-            yield Update(comparison, None, message)
-            pass_prices(pair)
-            for trace in comparison.traces:  # the runs before it, timed on this very prompt
-                learn_prices(trace)
-        prices = pass_prices(pair)
-        if request.lookup:
-            prices = PassPrices(LOOKUP_STEP_MS, prices.target_ms)
-        return make_policy(spec, prices=prices)
-
-    oracle_specs = [s for s in request.modes if s.policy == "oracle"] if greedy else []
-    for spec in [s for s in request.modes if s.policy != "oracle"]:
-        yield from run_policy((yield from policy_for(spec)))
-        if comparison.partial:
-            break
-        if greedy and oracle is None and comparison.traces[-1].stop_reason != "stopped":
-            yield from find_oracle(comparison.traces[-1].token_ids, comparison.traces[-1].label)
-    if oracle_specs and not comparison.partial:
-        if oracle is None:  # no other policy ran: the reference comes from target-only decoding
-            yield from run_baseline()
-            if comparison.baseline is not None:
-                yield from find_oracle(comparison.baseline.token_ids, None)
-        if oracle is not None:
-            yield from run_policy(make_policy(oracle_specs[0], oracle))
-    if comparison.baseline is None and not comparison.partial:
-        yield from run_baseline()
-    if comparison.baseline is not None:
-        for t in comparison.traces:
-            check_lossless(t, comparison.baseline)
-    yield Update(comparison, None, "Done")
+    def check_lossless(self) -> None:
+        if self.comparison.baseline is not None:
+            for trace in self.comparison.traces:
+                check_lossless(trace, self.comparison.baseline)
 
 
 def compare(pair: ModelPair, request: Request, limits: Limits | None = None,

@@ -225,7 +225,6 @@ class RayCluster:
 
         def start_worker() -> Any:
             return make.remote(preset, self.options.threads, PAIR_FACTORY)
-
         queue = deque(jobs)
         deaths: dict[Job, int] = {}
         finished: set[Job] = set()
@@ -238,8 +237,7 @@ class RayCluster:
                 running[worker.compare.remote(job.item.prompt, modes, max_new_tokens, limits)] = (worker, job)
 
         def lose(worker: Any, job: Job, error: Exception) -> Any | None:
-            """A worker died on `job`: the prompt goes back in the queue, or is given up on; a new
-            worker, if there is work left, is returned."""
+            """A worker died on `job`: requeue it or give up on it; a new worker if work is left."""
             _kill(self.ray, worker)
             workers.remove(worker)
             deaths[job] = deaths.get(job, 0) + 1
@@ -266,20 +264,12 @@ class RayCluster:
                 if not ready:
                     continue
                 worker, job = running.pop(ready[0])
-                try:
-                    outcome = self.ray.get(ready[0])
-                except self.lost as error:
-                    if getattr(error, "actor_init_failed", False):  # every new worker would fail alike
-                        raise SpecVizError(f"A Ray worker could not start ({_line(error, -1)}): SpecViz must be "
-                                           "importable on every node, from the folder this command runs in.") from None
-                    replacement = lose(worker, job, error)
+                outcome, died = self._outcome(ready[0])
+                if died is not None:
+                    replacement = lose(worker, job, died)
                     if replacement is not None:
                         hand_out(replacement)
                     continue
-                if "error" in outcome:
-                    from ..core.models import ModelLoadError
-
-                    raise (ModelLoadError if outcome["load_failed"] else SpecVizError)(outcome["error"])
                 hand_out(worker)  # its next prompt first: it computes while this one is recorded
                 if job not in finished:  # each prompt once in results.jsonl, whatever befell the workers
                     finished.add(job)
@@ -289,6 +279,22 @@ class RayCluster:
             # Before the next preset's workers load their pairs, and on Ctrl-C: stop the work now
             for worker in workers:
                 _kill(self.ray, worker)
+
+    def _outcome(self, result: Any) -> tuple[dict | None, Exception | None]:
+        """A prompt's result, or (None, the error) when its worker died on it. A worker that cannot
+        start, or a pair that cannot load, ends the study: every other worker would fail alike."""
+        try:
+            outcome = self.ray.get(result)
+        except self.lost as error:
+            if getattr(error, "actor_init_failed", False):
+                raise SpecVizError(f"A Ray worker could not start ({_line(error, -1)}): SpecViz must be "
+                                   "importable on every node, from the folder this command runs in.") from None
+            return None, error
+        if "error" in outcome:
+            from ..core.models import ModelLoadError
+
+            raise (ModelLoadError if outcome["load_failed"] else SpecVizError)(outcome["error"])
+        return outcome, None
 
 
 def workers_that_fit(node: dict[str, float], threads: int, gpus: int) -> int:

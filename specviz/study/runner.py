@@ -349,41 +349,16 @@ def write_page_of_record(outs: Sequence[Path], report: Path, selection: Selectio
 def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) -> int:
     outs = [Path(o) for o in ([args.out] if isinstance(args.out, str) else args.out)]
     out = outs[0]
-    if len(outs) > 1 and not (args.report_only and args.report):
-        raise SpecVizError("Several --out folders make the page of record: give --report-only and --report "
-                           "(e.g. --report docs/STUDY.md).")
     report = Path(args.report) if args.report else out / "STUDY.md"
-    if args.limit is not None and args.limit < 1:
-        raise SpecVizError("--limit must be at least 1.")
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise SpecVizError("--max-new-tokens must be at least 1.")
+    _check_arguments(args, outs)
     from .cluster import ray_options  # Ray itself is imported only for --ray
 
     on_ray = None if args.report_only else ray_options(args)  # a missing Ray is one line now, before any work
     modes = parse_modes(args.modes or STUDY_MODES)  # a mistake is refused now, not after the models load
-    suite_paths = args.suites or ([] if args.report_only else DEFAULT_SUITES)
-    if suite_paths:
-        from .bench import read_suite  # imports torch: only when suites are read
-
-        suite_items = [read_suite(path, args.limit) for path in suite_paths]
-    else:
-        suite_items = []
+    suite_items = _read_suites(args.suites or ([] if args.report_only else DEFAULT_SUITES), args.limit)
     suite_names = tuple(dict.fromkeys(items[0].suite for items in suite_items if items)) or None
-
     if args.report_only:
-        for folder in outs:
-            if not (folder / "results.jsonl").is_file():
-                raise SpecVizError(f"No results in {folder}: run `python -m specviz study --out {folder}` first.")
-        selection = Selection(_parse_presets(args.preset), suite_names, args.max_new_tokens, args.limit)
-        command = _command_line(getattr(args, "argv", None), out)
-        if len(outs) > 1:
-            path = write_page_of_record(outs, report, selection, command)
-            say(f"wrote {path}")
-            return 0
-        store = ResultStore(out / "results.jsonl")
-        path = write_report(out, report, store, selection, Meta(out / "meta.json"), command)
-        say(f"wrote {path} and {out / 'results.csv'}")
-        return 0
+        return _report_only(args, outs, report, suite_names, say)
 
     lookup_settings = lookup.from_arguments(args)
     if lookup_settings is not None and on_ray is not None:
@@ -421,6 +396,43 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     path = write_report(out, report, store, selection, meta)
     say(f"wrote {path}, {out / 'results.csv'} and {store.path}")
     return 1 if left else 0
+
+
+def _check_arguments(args: argparse.Namespace, outs: list[Path]) -> None:
+    if len(outs) > 1 and not (args.report_only and args.report):
+        raise SpecVizError("Several --out folders make the page of record: give --report-only and --report "
+                           "(e.g. --report docs/STUDY.md).")
+    if args.limit is not None and args.limit < 1:
+        raise SpecVizError("--limit must be at least 1.")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise SpecVizError("--max-new-tokens must be at least 1.")
+
+
+def _read_suites(paths: list[str], limit: int | None) -> list[list[Any]]:
+    if not paths:
+        return []
+    from .bench import read_suite  # imports torch: only when suites are read
+
+    return [read_suite(path, limit) for path in paths]
+
+
+def _report_only(args: argparse.Namespace, outs: list[Path], report: Path, suite_names: tuple[str, ...] | None,
+                 say: Callable[[str], None]) -> int:
+    """The report from kept records, no model run: one folder's page, or the page of record."""
+    out = outs[0]
+    for folder in outs:
+        if not (folder / "results.jsonl").is_file():
+            raise SpecVizError(f"No results in {folder}: run `python -m specviz study --out {folder}` first.")
+    selection = Selection(_parse_presets(args.preset), suite_names, args.max_new_tokens, args.limit)
+    command = _command_line(getattr(args, "argv", None), out)
+    if len(outs) > 1:
+        path = write_page_of_record(outs, report, selection, command)
+        say(f"wrote {path}")
+        return 0
+    store = ResultStore(out / "results.jsonl")
+    path = write_report(out, report, store, selection, Meta(out / "meta.json"), command)
+    say(f"wrote {path} and {out / 'results.csv'}")
+    return 0
 
 
 def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens: int, threads: int | None,
