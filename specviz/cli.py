@@ -8,12 +8,12 @@ to do, exit code 1 (`--debug` shows the traceback).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from . import settings
 from .core import lookup
 from .core.models import ModelLoadError, get_pair
 from .core.pipeline import Limits, compare, make_request
@@ -76,7 +76,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     # The per-request time budget protects a shared server; on the command line it applies only
     # when asked for explicitly.
     limits = Limits.from_env()
-    if "SPECVIZ_TIME_BUDGET_S" not in os.environ:
+    if not settings.read("SPECVIZ_TIME_BUDGET_S"):
         limits = replace(limits, time_budget_s=float("inf"))
     comparison = compare(pair, request, limits, progress=_stderr)
     draft = f", draft: {request.lookup.label}" if request.lookup else ""

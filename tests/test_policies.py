@@ -300,3 +300,26 @@ def test_cost_aware_prices_a_plain_stretch_by_the_draft_s_catch_up():
     plain = 120.0 + 4 * 100.0 + 110.0  # the verification passes
     assert runs["apart"] == pytest.approx(plain + 10.0 * 2 + 10.0 * 6)  # first round: backlog 1, a draft
     assert runs["together"] == pytest.approx(plain + 10.0 * 2 + 12.0)  # the backlog of 6 in one call
+
+
+def test_the_registry_holds_each_policy_once_and_every_reader_agrees_with_it():
+    """One entry per policy: its settings' defaults read back through the mode string, its
+    policy can be made (with what it needs), and the colours, columns and defaults come from it."""
+    from specviz.colors import POLICY_COLORS
+    from specviz.core.policies import DEFAULT_MODES, POLICIES, format_modes, mode_label
+    from specviz.ui.columns import ALL_COLUMNS, EXTRA_COLUMNS
+
+    prices = PassPrices(draft_call_ms=5.0, target_ms=(20.0,))
+    for name, kind in POLICIES.items():
+        spec = ModeSpec.of(name)
+        assert spec.params == kind.defaults()
+        assert parse_modes(format_modes([spec])) == [spec]
+        policy = make_policy(spec, oracle=Oracle([1, 2]), prices=prices)
+        assert policy.name == name and policy.label == mode_label(spec)
+        for setting in kind.settings:
+            assert setting.low <= setting.default <= (setting.high if setting.high is not None else float("inf"))
+    assert list(POLICY_COLORS) == list(POLICIES) and len(set(POLICY_COLORS.values())) == len(POLICIES)
+    assert ALL_COLUMNS == list(POLICIES) and EXTRA_COLUMNS == [n for n, k in POLICIES.items() if k.optional]
+    assert parse_modes(DEFAULT_MODES) == [ModeSpec.of(n) for n, k in POLICIES.items() if not k.optional]
+    with pytest.raises(SpecVizError, match="Cost-aware maximum lookahead"):
+        parse_modes("costaware:0")

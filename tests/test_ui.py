@@ -202,12 +202,12 @@ from specviz.ui.replay import replay_html, replay_step, stop_reason
 
 def test_modes_string_with_optional_columns():
     text = modes_string(5, 5, 0.4, 20, adaptive=0.4, entropy=1.0)
-    assert text == "static:5,heuristic:5,dynamic:0.4:20,oracle,adaptive:0.4,entropy:1"
+    assert text == "static:5,heuristic:5,dynamic:0.4:20,oracle,adaptive:0.4:20,entropy:1:20"
     specs = parse_modes(text)
     assert [s.policy for s in specs] == POLICY_COLUMNS + ["adaptive", "entropy"]
     assert specs[4].params["assistant_confidence_threshold"] == 0.4
     assert specs[5].params["max_entropy"] == 1.0
-    assert modes_string(entropy=0.5) == "static:5,heuristic:5,dynamic:0.4:20,oracle,entropy:0.5"
+    assert modes_string(entropy=0.5) == "static:5,heuristic:5,dynamic:0.4:20,oracle,entropy:0.5:20"
     assert active_columns(True, False) == POLICY_COLUMNS + ["adaptive"]
     assert modes_string(costaware=12.0).endswith(",oracle,costaware:12")
     assert parse_modes(modes_string(costaware=20))[-1].params == {"max_tokens": 20}

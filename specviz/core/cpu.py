@@ -53,7 +53,6 @@ from __future__ import annotations
 import copy
 import ctypes
 import gc
-import os
 import statistics
 import subprocess
 import tempfile
@@ -67,6 +66,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .. import settings
 from . import kquant
 
 ROW_ATTENTION = "specviz_rows"
@@ -416,7 +416,7 @@ def use_row_attention(model: torch.nn.Module) -> None:
 def wanted(env: str, environ: Mapping[str, str] | None = None) -> str:
     """The set-up an environment variable asks for: one of SETUPS (the target's) or DRAFT_SETUPS, or
     auto (unset or anything else)."""
-    value = (os.environ if environ is None else environ).get(env, "").strip().lower()
+    value = settings.read(env, environ).lower()
     return value if value in (*SETUPS, *DRAFT_SETUPS) else "auto"
 
 

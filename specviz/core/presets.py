@@ -8,11 +8,11 @@ core/weights.py's and core/models.py's job; this module is data, and needs no to
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import settings
 from ..errors import SpecVizError
 from .wheel_parts import SETUP_COMMAND
 
@@ -80,8 +80,7 @@ def default_preset(environ: Mapping[str, str] | None = None) -> str:
     """The preset the app (and the CLI) start with: $SPECVIZ_DEFAULT_PRESET when it names a listed
     preset, else the bundled int8 pair. A Space owner picks a hub pair this way; a typo there must
     not take the Space down, so an unknown name falls back with a logged warning."""
-    environ = os.environ if environ is None else environ
-    name = environ.get(DEFAULT_PRESET_ENV, "").strip()
+    name = settings.read(DEFAULT_PRESET_ENV, environ)
     if not name:
         return BUILTIN_DEFAULT_PRESET
     if name in PRESETS:
@@ -105,7 +104,7 @@ def get_preset(name: str) -> Preset:
         raise SpecVizError("The preset must be a name.")
     if name in PRESETS:
         return PRESETS[name]
-    if "|" in name and os.environ.get(ALLOW_HUB_MODELS_ENV, "") == "1":
+    if "|" in name and settings.read(ALLOW_HUB_MODELS_ENV) == "1":
         target, _, draft = (part.strip() for part in name.partition("|"))
         for model_id in (target, draft):
             # Only owner/name hub ids: nothing a visitor types may name a local path.

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from .. import settings
 from ..errors import SpecVizError
 from . import kquant, wheel_parts
 from .presets import PRESETS, REAL_PAIR_PRESET, Preset, get_preset
@@ -42,8 +43,8 @@ BUNDLED_CACHE_NAME = "smollm2-135m-instruct-fp32"
 
 def cache_root() -> Path:
     """Where unpacked models live: $SPECVIZ_CACHE, else the user's cache folder."""
-    if os.environ.get("SPECVIZ_CACHE"):
-        return Path(os.environ["SPECVIZ_CACHE"])
+    if settings.read("SPECVIZ_CACHE"):
+        return Path(settings.read("SPECVIZ_CACHE"))
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "specviz"
 

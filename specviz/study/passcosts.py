@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from .. import settings
 from ..core import cpu
 from ..core.costcurve import WINDOWS, CostCurve, measure, table
 from ..core.models import get_pair, release_pair
@@ -28,17 +28,9 @@ from ..errors import SpecVizError
 def _forced(setup: str):
     """A pair loaded in `setup` (the environment variables cpu.py reads): both models alike, or
     TARGET/DRAFT (e.g. bf16/int4) for each its own."""
-    saved = {env: os.environ.get(env) for env in (cpu.TARGET_SETUP_ENV, cpu.DRAFT_SETUP_ENV)}
     target, _, draft = setup.partition("/")
-    os.environ.update({cpu.TARGET_SETUP_ENV: target, cpu.DRAFT_SETUP_ENV: draft or target})
-    try:
+    with settings.overriding({cpu.TARGET_SETUP_ENV: target, cpu.DRAFT_SETUP_ENV: draft or target}):
         yield
-    finally:
-        for env, value in saved.items():
-            if value is None:
-                os.environ.pop(env, None)
-            else:
-                os.environ[env] = value
 
 
 def curves(preset: str, setups: list[str], context: int, repeats: int,

@@ -18,7 +18,7 @@ from ..core.policies import DEFAULT_MODES
 from ..core.presets import PRESETS, get_preset
 from ..errors import SpecVizError
 from .files import example_comparison, load_examples
-from .turns import Turns, expected_seconds, take_turn
+from .turns import RunSession, Turns
 
 
 def presets() -> list[dict[str, Any]]:
@@ -58,22 +58,18 @@ def compare(prompt: str, preset: str, max_new_tokens: int, modes: str = DEFAULT_
     request = pipeline.make_request(prompt, modes, max_new_tokens, temperature=temperature,
                                     seed=seed if temperature > 0 else None, limits=limits, lookup=lookup)
     get_preset(preset)  # an unknown preset is a SpecVizError before any wait
-    expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
-    limits = limits.allowing(expected_s)
-    turns = turns or Turns()
-    ticket = turns.join(expected_s)
+    session = RunSession(turns or Turns(), preset, request, limits)
     try:
         # Waits without a word: between calls, Gradio's own queue events tell a client its place.
-        *_, pair = take_turn(turns, ticket, preset)  # a pair that cannot load is a SpecVizError too
-        pipeline.prompt_ids_for(pair, request, limits)  # a prompt too long for the pair
-        steps = pipeline.run_preset(preset, request, limits)
+        *_, pair = session.wait()  # a pair that cannot load is a SpecVizError too
+        steps = session.steps(pair)
         finished, update = 0, None
         while True:
             # The lock is held for one step at a time, never across a yield: a client that goes away
             # leaves this generator suspended, and must not keep the models locked.
             with lock or nullcontext():
                 step = next(steps, None)
-            if step is None or not turns.alive(ticket, step.fraction_done(request)):
+            if step is None or not session.alive(step):
                 break
             update = step
             done = len(update.comparison.traces) + (update.comparison.baseline is not None)
@@ -83,4 +79,4 @@ def compare(prompt: str, preset: str, max_new_tokens: int, modes: str = DEFAULT_
         if update is not None:
             yield update.comparison.to_dict()
     finally:
-        turns.leave(ticket)
+        session.leave()

@@ -10,6 +10,7 @@ import html
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from ..core.policies import POLICIES
 from ..core.trace import Comparison, Trace, drafting_view
 from .render import metrics_html, render_trace
 from .turns import expected_seconds
@@ -17,32 +18,13 @@ from .turns import expected_seconds
 if TYPE_CHECKING:
     from ..core.models import LoadState
 
-# One column per policy, in this order, whatever the settings.
-POLICY_COLUMNS: list[str] = ["static", "heuristic", "dynamic", "oracle"]
-
-# Optional columns, shown only when their checkbox is ticked (or an imported run has them).
-EXTRA_COLUMNS: list[str] = ["adaptive", "entropy", "costaware"]
+# One column per policy, in the registry's order; the optional ones only when their checkbox is
+# ticked (or an imported run has them).
+POLICY_COLUMNS: list[str] = [name for name, kind in POLICIES.items() if not kind.optional]
+EXTRA_COLUMNS: list[str] = [name for name, kind in POLICIES.items() if kind.optional]
 ALL_COLUMNS: list[str] = POLICY_COLUMNS + EXTRA_COLUMNS
-
-POLICY_TITLES: dict[str, str] = {
-    "static": "Static",
-    "heuristic": "Heuristic",
-    "dynamic": "Dynamic (confidence)",
-    "oracle": "Oracle",
-    "adaptive": "Adaptive (confidence)",
-    "entropy": "Entropy",
-    "costaware": "Cost-aware",
-}
-
-POLICY_BLURBS: dict[str, str] = {
-    "static": "k draft tokens every round",
-    "heuristic": "+2 after a fully accepted round, else -1",
-    "dynamic": "stop drafting when draft confidence < threshold",
-    "oracle": "drafts exactly until the draft disagrees",
-    "adaptive": "dynamic threshold re-fitted after every round",
-    "entropy": "stop drafting when the draft's entropy > bound",
-    "costaware": "draft while one more token is worth its price on this machine",
-}
+POLICY_TITLES: dict[str, str] = {name: kind.title for name, kind in POLICIES.items()}
+POLICY_BLURBS: dict[str, str] = {name: kind.blurb for name, kind in POLICIES.items()}
 
 ORACLE_SAMPLED_NOTE = ("not run: the oracle is a greedy idea (it drafts exactly until the draft disagrees with "
                        "the target's greedy answer), and with temperature > 0 there is no single answer to "

@@ -9,7 +9,6 @@ package. None of these events is in the public API (see `api.py`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import replace
@@ -18,9 +17,12 @@ from html import escape as html_escape
 import gradio as gr
 import pandas as pd
 
+from .. import settings
 from ..core import gpu
+from ..core.lookup import LookupSettings
 from ..core.models import LoadState, ModelLoadError, get_pair, load_state
-from ..core.pipeline import Limits, compare_preset, make_request, prompt_ids_for, run_preset
+from ..core.pipeline import Limits, compare_preset, make_request
+from ..core.policies import format_modes
 from ..core.presets import DEFAULT_PRESET
 from ..core.trace import Trace
 from ..errors import SpecVizError
@@ -42,13 +44,13 @@ from .explain_plots import explain_figures, rule_round_figure
 from .export import SWEEP_HEADERS, ExportFolders, sweep_rows, write_all
 from .files import example_comparison, load_comparison_file
 from .heartbeat import with_heartbeat
-from .inputs import lookup_value, max_new_tokens_value, modes_string, seed_value, temperature_value
+from .inputs import DEFAULT, lookup_value, max_new_tokens_value, seed_value, temperature_value, widget_modes
 from .pacing import Pacer
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from .presentation import presentation_requested
 from .render import SUMMARY_HEADERS, render_trace, summary_rows
 from .replay import replay_html, replay_step
-from .turns import Standing, Turns, expected_seconds, take_turn, waiting_message
+from .turns import RunSession, Standing, Turns, waiting_message
 
 logger = logging.getLogger("specviz.app")
 EXPORT_FOLDERS = ExportFolders()
@@ -118,72 +120,107 @@ def _with_live(comparison, live):
 
 
 def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
-        adaptive_on=False, adaptive_t0=0.4, entropy_on=False, entropy_h=1.0, costaware_on=False, costaware_max=20,
-        draft="model", lookup_ngram=2, lookup_tokens=10, visitor: gr.Request = None):
+        adaptive_on=False, adaptive_t0=DEFAULT, entropy_on=False, entropy_h=DEFAULT, costaware_on=False,
+        costaware_max=DEFAULT, draft="model", lookup_ngram=LookupSettings.max_ngram,
+        lookup_tokens=LookupSettings.max_tokens, visitor: gr.Request = None):
     """Run the comparison, streaming every column round by round; while another run has the
     models, say where this one stands in the queue."""
-    comparison, ticket = None, None
-    active = active_columns(bool(adaptive_on), bool(entropy_on), bool(costaware_on))
+    page = _PageRun(preset, active_columns(bool(adaptive_on), bool(entropy_on), bool(costaware_on)))
     try:
         limits = Limits.from_env()
-        modes = modes_string(static_k, heuristic_k, threshold, dynamic_max,
-                             adaptive_t0 if adaptive_on else None, entropy_h if entropy_on else None,
-                             costaware_max if costaware_on else None)
+        modes = widget_modes(static_k, heuristic_k, threshold, dynamic_max,
+                             _ticked(adaptive_on, adaptive_t0), _ticked(entropy_on, entropy_h),
+                             _ticked(costaware_on, costaware_max))
         lookup = lookup_value(draft, lookup_ngram, lookup_tokens)
         request = make_request(prompt, modes, max_new_tokens_value(max_new_tokens, limits.max_new_tokens),
                                temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits,
                                lookup=lookup)
         logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g draft=%s prompt_chars=%d", preset,
-                    request.max_new_tokens, modes, request.temperature, lookup.label if lookup else "model",
-                    len(request.prompt))
-        expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
-        limits = limits.allowing(expected_s)
-        ticket = TURNS.join(expected_s, owner=_session(visitor))
+                    request.max_new_tokens, format_modes(modes), request.temperature,
+                    lookup.label if lookup else "model", len(request.prompt))
+        yield from page.steps(request, limits, _session(visitor))
+    except SpecVizError as error:  # bad input, or a model pair that cannot load (cause and fix included)
+        if isinstance(error, ModelLoadError):
+            logger.error("Loading %s failed: %s", preset, error)
+        yield _outputs(status_html(str(error), "error"),
+                       _columns(page.comparison, page.active, running=False, note="no result (see the message above)"))
+    except Exception:  # anything unexpected: log it, tell the user, end the spinner
+        logger.exception("SpecViz run failed")
+        yield _outputs(status_html("Something went wrong on the server; the error was logged. "
+                                   "Try again, perhaps with fewer tokens.", "error"),
+                       _columns(page.comparison, page.active, running=False, note="no result"))
+    finally:
+        if page.session is not None:
+            page.session.leave()
+
+
+def _ticked(on: object, value: object) -> object:
+    """An optional column's setting when its box is ticked, else None (no column)."""
+    return value if on else None
+
+
+class _PageRun:
+    """One Run on the page: wait for a turn with the models, then stream the comparison into the
+    columns and charts at a pace the browser can draw. `run` above turns errors into messages."""
+
+    def __init__(self, preset: str, active):
+        self.preset, self.active = preset, active
+        self.comparison = None
+        self.session: RunSession | None = None
+        self.on_page: dict[int, str] = {}
+
+    def steps(self, request, limits: Limits, owner: str | None):
+        self.session = RunSession(TURNS, self.preset, request, limits, owner)
+        pair = yield from self.wait_for_pair()
+        if pair is None:  # its visitor pressed Stop while it waited
+            yield _stopped(None, self.active)
+            return
+        steps = self.session.steps(pair)  # a prompt too long for the pair: refused here, before any model work
+        yield _outputs(status_html("Starting…", "running"), _columns(None, self.active),
+                       eos=sorted(pair.eos_token_ids))
+        run_started = time.monotonic()
+        yield from self.stream(steps, request, run_started)
+        if self.comparison is not None:
+            yield from self.finish(run_started)
+
+    def wait_for_pair(self):
+        """Outputs while this run waits in the queue or for a cold start; returns the pair (None
+        if its visitor pressed Stop)."""
         pair = None
-        for state in take_turn(TURNS, ticket, preset):
+        for state in self.session.wait():
             if isinstance(state, Standing):  # another run has the models
                 yield _outputs(status_html(waiting_message(state), "waiting"),
-                               _columns(None, active, running=False, note=NOT_STARTED))
+                               _columns(None, self.active, running=False, note=NOT_STARTED))
             elif isinstance(state, LoadState):  # a Run pressed during a cold start waits for it, saying which step runs
-                yield (load_status_html(state, preset), *_columns(None, active), None, None, summary_table(None), None,
-                       gr.skip())
+                yield (load_status_html(state, self.preset), *_columns(None, self.active), None, None,
+                       summary_table(None), None, gr.skip())
             else:
                 pair = state
-        if pair is None:  # its visitor pressed Stop while it waited
-            yield _stopped(None, active)
-            return
-        eos = sorted(pair.eos_token_ids)
-        prompt_ids_for(pair, request, limits)  # a prompt too long for the pair: said here, before any model work
-        yield _outputs(status_html("Starting…", "running"), _columns(None, active), eos=eos)
+        return pair
 
-        # The engine steps in a worker thread; while one long step runs (an oracle round drafting
-        # 28 tokens, a long stretch of the oracle's search) the status still ticks.
-        steps = with_heartbeat(run_preset(preset, request, limits), HEARTBEAT_S, MODEL_LOCK)
-        run_started = time.monotonic()
+    def changed(self, htmls: list[str]) -> list:
+        """Only the columns whose HTML changed travel to the page."""
+        out = [gr.skip() if self.on_page.get(i) == h else h for i, h in enumerate(htmls)]
+        self.on_page.update(enumerate(htmls))
+        return out
+
+    def stream(self, steps, request, run_started: float):
+        """The engine steps in a worker thread; while one long step runs (an oracle round drafting
+        28 tokens, a long stretch of the oracle's search) the status still ticks."""
+        steps = with_heartbeat(steps, HEARTBEAT_S, MODEL_LOCK)
         pacer = Pacer(COLUMN_EVERY_S)
         sent_charts, sent_page = run_started, run_started  # the first chart update comes with data
         finished, judged_on_page = 0, 0  # policies finished; rounds of the running one on the page
         message = "Starting"
-        on_page: dict[int, str] = {}
-
-        def changed(htmls: list[str]) -> list:
-            """Only the columns whose HTML changed travel to the page."""
-            out = [gr.skip() if on_page.get(i) == h else h for i, h in enumerate(htmls)]
-            on_page.update(enumerate(htmls))
-            return out
-
-        about = expected_duration(preset, request.max_new_tokens, request.runs)
+        about = expected_duration(self.preset, request.max_new_tokens, request.runs)
 
         def running(text: str) -> str:
             return status_html(f"{text}{about}… {time.monotonic() - run_started:.1f} s", "running")
 
         for update in steps:
             now = time.monotonic()
-            done = None if update is None else update.fraction_done(request)
-            if not TURNS.alive(ticket, done):
-                _log_lost_turn()
-                if ticket.stopped:  # Stop, and Gradio's cancel did not reach this run in time
-                    yield _stopped(comparison, active)
+            if not self.session.alive(update):
+                yield from self.lost_turn()
                 return
             if update is None:  # a long engine step: the status says the run goes on
                 if now - sent_page >= STILL_RUNNING_S:
@@ -191,6 +228,7 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
                     yield _outputs(running(message), [gr.skip()] * len(ALL_COLUMNS))
                 continue
             comparison, live, message = update.comparison, update.running, update.message
+            self.comparison = comparison
             ended = len(comparison.traces) != finished  # a policy just finished: show it whole
             if ended:
                 judged_on_page = 0
@@ -203,38 +241,28 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
             charts = ended or now - sent_charts >= CHARTS_EVERY_S
             if charts:
                 sent_charts = now
-                shown = _with_live(comparison, live)
-            yield _outputs(running(message), changed(_columns(comparison, active, live=live)),
-                           *(_charts(shown) if charts else (None, None)),
+            yield _outputs(running(message), self.changed(_columns(comparison, self.active, live=live)),
+                           *(_charts(_with_live(comparison, live)) if charts else (None, None)),
                            summary_table(comparison) if ended else None, comparison if ended else None)
-        if comparison is not None:
-            if not TURNS.alive(ticket):  # Stop came during the last step: "Stopped" stays on the page
-                _log_lost_turn()
-                if ticket.stopped:
-                    yield _stopped(comparison, active)
-                return
-            state = "warning" if comparison.partial else "done"
-            note = "not run: time budget ran out" if comparison.partial else None
-            logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s (as the engine reports it)",
-                        len(comparison.traces), " (partial)" if comparison.partial else "",
-                        time.monotonic() - run_started, comparison.model_s())
-            yield _outputs(status_html(done_message(comparison), state),
-                           _columns(comparison, active, running=False, note=note),
-                           *_charts(comparison), summary_table(comparison),
-                           comparison)
-    except SpecVizError as error:  # bad input, or a model pair that cannot load (cause and fix included)
-        if isinstance(error, ModelLoadError):
-            logger.error("Loading %s failed: %s", preset, error)
-        yield _outputs(status_html(str(error), "error"),
-                       _columns(comparison, active, running=False, note="no result (see the message above)"))
-    except Exception:  # anything unexpected: log it, tell the user, end the spinner
-        logger.exception("SpecViz run failed")
-        yield _outputs(status_html("Something went wrong on the server; the error was logged. "
-                                   "Try again, perhaps with fewer tokens.", "error"),
-                       _columns(comparison, active, running=False, note="no result"))
-    finally:
-        if ticket is not None:
-            TURNS.leave(ticket)
+
+    def lost_turn(self):
+        _log_lost_turn()
+        if self.session.ticket.stopped:  # Stop, and Gradio's cancel did not reach this run in time
+            yield _stopped(self.comparison, self.active)
+
+    def finish(self, run_started: float):
+        comparison = self.comparison
+        if not self.session.alive():  # Stop came during the last step: "Stopped" stays on the page
+            yield from self.lost_turn()
+            return
+        state = "warning" if comparison.partial else "done"
+        note = "not run: time budget ran out" if comparison.partial else None
+        logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s (as the engine reports it)",
+                    len(comparison.traces), " (partial)" if comparison.partial else "",
+                    time.monotonic() - run_started, comparison.model_s())
+        yield _outputs(status_html(done_message(comparison), state),
+                       _columns(comparison, self.active, running=False, note=note),
+                       *_charts(comparison), summary_table(comparison), comparison)
 
 
 def _log_lost_turn() -> None:
@@ -474,7 +502,7 @@ def show_example(example):
 
 
 def preloading() -> bool:
-    return os.environ.get("SPECVIZ_PRELOAD", "1") != "0"
+    return settings.read("SPECVIZ_PRELOAD") != "0"
 
 
 def model_status(preset):

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from ..core.lookup import LookupSettings
-from ..core.policies import MAX_LOOKAHEAD
+from ..core.policies import MAX_LOOKAHEAD, POLICIES, ModeSpec, Setting, format_modes
 from ..errors import SpecVizError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -57,34 +57,53 @@ def _lookahead(value: object, what: str) -> int:
     return k
 
 
-def modes_string(static_k: object = 5, heuristic_k: object = 5, threshold: object = 0.4,
-                 dynamic_max: object = 20, adaptive: object = None, entropy: object = None,
-                 costaware: object = None) -> str:
-    """The `parse_modes` string for the columns, e.g. "static:5,heuristic:5,dynamic:0.4:20,oracle".
+def setting_value(value: object, setting: Setting) -> int | float:
+    """A page widget's value for a policy setting, checked against the registry's bounds."""
+    what = (setting.label or setting.key).capitalize()
+    number = _whole(value, what) if setting.whole else _number(value, what)
+    if setting.high is None and number < setting.low:
+        raise SpecVizError(f"{what} must be {setting.low:g} or more, got {number:g}.")
+    if setting.high is not None and not setting.low <= number <= setting.high:
+        raise SpecVizError(f"{what} must be between {setting.low:g} and {setting.high:g}, got {number:g}.")
+    return number
 
-    `adaptive` (a start threshold), `entropy` (a bound in nats) and `costaware` (its most draft
-    tokens a round) add the optional columns when not None: "…,oracle,adaptive:0.4,entropy:1,costaware:20".
-    """
-    static = _lookahead(static_k, "Static k")
-    heuristic = _lookahead(heuristic_k, "Heuristic starting k")
-    confidence = _number(threshold, "The dynamic threshold")
-    if not 0.0 <= confidence <= 1.0:
-        raise SpecVizError(f"The dynamic threshold must be between 0 and 1, got {confidence:g}.")
-    most = _lookahead(dynamic_max, "Dynamic max tokens")
-    text = f"static:{static},heuristic:{heuristic},dynamic:{confidence:g}:{most},oracle"
-    if adaptive is not None:
-        start = _number(adaptive, "The adaptive start threshold")
-        if not 0.0 <= start <= 1.0:
-            raise SpecVizError(f"The adaptive start threshold must be between 0 and 1, got {start:g}.")
-        text += f",adaptive:{start:g}"
-    if entropy is not None:
-        bound = _number(entropy, "The entropy bound")
-        if bound < 0:
-            raise SpecVizError(f"The entropy bound must be 0 or more (nats), got {bound:g}.")
-        text += f",entropy:{bound:g}"
-    if costaware is not None:
-        text += f",costaware:{_lookahead(costaware, 'Cost-aware max tokens')}"
-    return text
+
+def page_modes(values: Mapping[str, Mapping[str, object]], ticked: Collection[str] = ()) -> list[ModeSpec]:
+    """The modes a Run on the page compares: every policy with a column of its own and each
+    optional one in `ticked`, in the registry's order, at its defaults but for the settings the
+    page has a widget for (`values`: widget values by policy, then setting)."""
+    specs = []
+    for name, kind in POLICIES.items():
+        if kind.optional and name not in ticked:
+            continue
+        given = values.get(name, {})
+        specs.append(ModeSpec.of(name, **{s.key: setting_value(given[s.key], s) for s in kind.settings
+                                          if s.key in given}))
+    return specs
+
+
+DEFAULT = object()  # a widget left out: its setting's default from the registry
+
+
+def widget_modes(static_k: object = DEFAULT, heuristic_k: object = DEFAULT, threshold: object = DEFAULT,
+                 dynamic_max: object = DEFAULT, adaptive: object = None, entropy: object = None,
+                 costaware: object = None) -> list[ModeSpec]:
+    """The page's settings widgets as modes (an empty box is an error, a widget left out its
+    default). `adaptive` (a start threshold), `entropy` (a bound in nats) and `costaware` (its
+    most draft tokens a round) add the optional columns when not None."""
+    values = {"static": {"num_assistant_tokens": static_k}, "heuristic": {"num_assistant_tokens": heuristic_k},
+              "dynamic": {"assistant_confidence_threshold": threshold, "max_tokens": dynamic_max},
+              "adaptive": {"assistant_confidence_threshold": adaptive}, "entropy": {"max_entropy": entropy},
+              "costaware": {"max_tokens": costaware}}
+    given = {policy: {key: v for key, v in settings.items() if v is not DEFAULT} for policy, settings in values.items()}
+    ticked = [policy for policy, on in (("adaptive", adaptive), ("entropy", entropy), ("costaware", costaware))
+              if on is not None]
+    return page_modes(given, ticked)
+
+
+def modes_string(*args: object, **kwargs: object) -> str:
+    """`widget_modes` as the mode string the CLI and the API take (and the run's log line shows)."""
+    return format_modes(widget_modes(*args, **kwargs))
 
 
 def lookup_value(draft: object, ngram: object, tokens: object) -> LookupSettings | None:

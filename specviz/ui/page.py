@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from types import SimpleNamespace
 
 import gradio as gr
 
+from .. import settings
+from ..core.lookup import MAX_NGRAM, MAX_TOKENS, LookupSettings
 from ..core.models import load_state
 from ..core.pipeline import Limits
+from ..core.policies import POLICIES
 from ..core.presets import DEFAULT_PRESET, PRESETS
 from . import endpoints
 from .columns import ALL_COLUMNS, EXTRA_COLUMNS, column_htmls, load_status_html, preset_info, status_html
@@ -94,36 +96,43 @@ def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits)
                 p.stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
 
 
+def _setting_box(policy: str, key: str, elem_id: str) -> gr.Number:
+    """A number box for one policy setting: its label, default and bounds from the registry."""
+    setting = POLICIES[policy].setting(key)
+    if setting.whole:
+        return gr.Number(setting.default, label=setting.label, precision=0, minimum=setting.low,
+                         maximum=setting.high, elem_id=elem_id)
+    return gr.Number(setting.default, label=setting.label, minimum=setting.low, maximum=setting.high,
+                     step=0.05 if setting.high == 1.0 else 0.1, elem_id=elem_id)
+
+
 def _settings(p: SimpleNamespace) -> None:
     """One click away: each policy's settings, the optional columns, temperature and seed; and
     the presentation-mode switch."""
     with gr.Row(equal_height=True, elem_id="options-row"):
         with gr.Accordion("Policy settings, temperature and seed", open=False, elem_id="policy-settings"):
             with gr.Row():
-                p.static_k = gr.Number(5, label="static k", precision=0, minimum=1, maximum=64, elem_id="static-k")
-                p.heuristic_k = gr.Number(5, label="heuristic starting k", precision=0, minimum=1, maximum=64,
-                                          elem_id="heuristic-k")
-                p.threshold = gr.Number(0.4, label="dynamic threshold", minimum=0, maximum=1, step=0.05,
-                                        elem_id="dynamic-threshold")
-                p.dynamic_max = gr.Number(20, label="dynamic max tokens", precision=0, minimum=1, maximum=64,
-                                          elem_id="dynamic-max")
+                p.static_k = _setting_box("static", "num_assistant_tokens", "static-k")
+                p.heuristic_k = _setting_box("heuristic", "num_assistant_tokens", "heuristic-k")
+                p.threshold = _setting_box("dynamic", "assistant_confidence_threshold", "dynamic-threshold")
+                p.dynamic_max = _setting_box("dynamic", "max_tokens", "dynamic-max")
             with gr.Row():
                 p.adaptive_on = gr.Checkbox(False, label="adaptive column", elem_id="adaptive-on",
                                             info="dynamic, threshold re-fitted every round")
-                p.adaptive_t0 = gr.Number(0.4, label="adaptive start threshold", minimum=0, maximum=1, step=0.05,
-                                          elem_id="adaptive-t0")
+                p.adaptive_t0 = _setting_box("adaptive", "assistant_confidence_threshold", "adaptive-t0")
                 p.entropy_on = gr.Checkbox(False, label="entropy column", elem_id="entropy-on",
                                            info="stop when the draft is unsure")
-                p.entropy_h = gr.Number(1.0, label="entropy bound (nats)", minimum=0, step=0.1, elem_id="entropy-h")
+                p.entropy_h = _setting_box("entropy", "max_entropy", "entropy-h")
             with gr.Row():
                 p.costaware_on = gr.Checkbox(False, label="cost-aware column", elem_id="costaware-on",
                                              info="draft while a token is worth what a pass costs here")
-                p.costaware_max = gr.Number(20, label="cost-aware max tokens", precision=0, minimum=1, maximum=64,
-                                            elem_id="costaware-max")
+                p.costaware_max = _setting_box("costaware", "max_tokens", "costaware-max")
             with gr.Row():
-                p.lookup_ngram = gr.Number(2, label="lookup n-gram", precision=0, minimum=1, maximum=8,
+                p.lookup_ngram = gr.Number(LookupSettings.max_ngram, label="lookup n-gram", precision=0, minimum=1,
+                                           maximum=MAX_NGRAM,
                                            elem_id="lookup-ngram", info="prompt lookup: the longest n-gram matched")
-                p.lookup_tokens = gr.Number(10, label="lookup tokens", precision=0, minimum=1, maximum=64,
+                p.lookup_tokens = gr.Number(LookupSettings.max_tokens, label="lookup tokens", precision=0, minimum=1,
+                                            maximum=MAX_TOKENS,
                                             elem_id="lookup-tokens", info="prompt lookup: the most tokens copied")
             with gr.Row():
                 p.temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
@@ -320,7 +329,7 @@ MCP_ENV = "SPECVIZ_MCP"
 
 def mcp_enabled(environ: dict[str, str] | None = None) -> bool:
     """The public API is also an MCP server (at /gradio_api/mcp/) unless SPECVIZ_MCP=0."""
-    return (os.environ if environ is None else environ).get(MCP_ENV, "1").strip() != "0"
+    return settings.read(MCP_ENV, environ) != "0"
 
 
 def launch(demo: gr.Blocks, argv: list[str] | None = None) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..core.models import LoadState, ModelPair, wait_for_pair
+from ..core.pipeline import Limits, Request, Update, prompt_ids_for, run_preset
 from ..core.presets import PRESETS
 
 POLL_S = 0.5  # how often a waiting run asks for its turn (and a waiting page hears where it stands)
@@ -152,6 +153,34 @@ def take_turn(turns: Turns, ticket: Ticket, preset: str,
     for state in wait_for_pair(preset):
         turns.alive(ticket)
         yield state
+
+
+class RunSession:
+    """One comparison's way through a shared server, the same for the page's Run and the API's
+    compare: a time budget stretched to what it is expected to take, a turn with the models, the
+    pair, the pipeline's steps, and leaving (the caller's `finally`)."""
+
+    def __init__(self, turns: Turns, preset: str, request: Request, limits: Limits, owner: str | None = None):
+        self.turns, self.preset, self.request = turns, preset, request
+        expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
+        self.limits = limits.allowing(expected_s)
+        self.ticket = turns.join(expected_s, owner=owner)
+
+    def wait(self) -> Iterator[Standing | LoadState | ModelPair]:
+        """`take_turn` for this run: its standing while it waits, the pair's loading, the pair."""
+        return take_turn(self.turns, self.ticket, self.preset)
+
+    def steps(self, pair: ModelPair) -> Iterator[Update]:
+        """The comparison's steps; a prompt too long for the pair is refused here, before any model work."""
+        prompt_ids_for(pair, self.request, self.limits)
+        return run_preset(self.preset, self.request, self.limits)
+
+    def alive(self, update: Update | None = None) -> bool:
+        """Whether the run still has its turn (not stopped, not stranded), telling the queue how far it is."""
+        return self.turns.alive(self.ticket, None if update is None else update.fraction_done(self.request))
+
+    def leave(self) -> None:
+        self.turns.leave(self.ticket)
 
 
 def ordinal(n: int) -> str:
