@@ -1,12 +1,12 @@
 """SpecViz web app: one prompt, four lookahead policies side by side.
 
 Hugging Face Spaces runs this file. The page is built in specviz.ui.page, its events are in
-specviz.ui.events, and the model work in specviz.core.
+specviz.ui.events, and the model work in specviz.decoding.
 
     python app.py [--host HOST] [--port PORT] [--share]
 """
 
-try:  # On a ZeroGPU Space `spaces` must be imported before torch (specviz/core/gpu.py); elsewhere a no-op.
+try:  # On a ZeroGPU Space `spaces` must be imported before torch (specviz/pair/gpu.py); elsewhere a no-op.
     import spaces  # noqa: F401
 except ImportError:
     pass

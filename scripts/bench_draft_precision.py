@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch
 
-from specviz.core.models import bf16_draft, get_pair, warm_up
-from specviz.core.pipeline import compare, make_request
-from specviz.core.presets import REAL_PAIR_PRESET
-from specviz.core.trace import Comparison
+from specviz.decoding.pipeline import compare, make_request
+from specviz.decoding.trace import Comparison
+from specviz.pair.models import bf16_draft, get_pair, warm_up
+from specviz.pair.presets import REAL_PAIR_PRESET
 from specviz.study.bench import _bench_limits, peak_rss_mb, read_suite
 from specviz.study.costs import PassCosts
 from specviz.study.runner import DEFAULT_SUITES

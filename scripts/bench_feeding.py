@@ -17,11 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from specviz.core.engine import Drafter, TransformersDrafter, generate
-from specviz.core.models import encode_prompt, get_pair
-from specviz.core.oracle import make_oracle
-from specviz.core.policies import make_policy, parse_modes
-from specviz.core.presets import DEFAULT_PRESET
+from specviz.decoding.drafters import Drafter, TransformersDrafter
+from specviz.decoding.engine import generate
+from specviz.decoding.oracle import make_oracle
+from specviz.decoding.policies import make_policy, parse_modes
+from specviz.pair.models import encode_prompt, get_pair
+from specviz.pair.presets import DEFAULT_PRESET
 from specviz.study.bench import read_suite
 from specviz.study.runner import DEFAULT_SUITES
 

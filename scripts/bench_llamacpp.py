@@ -33,10 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specviz.core import cpu, weights, wheel_parts
-from specviz.core.models import encode_prompt, get_pair
-from specviz.core.pipeline import Limits, compare, make_request
-from specviz.core.presets import REAL_PAIR_PRESET, get_preset
+from specviz.decoding.pipeline import Limits, compare, make_request
+from specviz.pair import cpu, weights, wheel_parts
+from specviz.pair.models import encode_prompt, get_pair
+from specviz.pair.presets import REAL_PAIR_PRESET, get_preset
 
 MODES = "static:5,heuristic:5,dynamic:0.4,costaware,oracle"
 # (label, --draft-max, --draft-min, --draft-p-min): llama.cpp's defaults first (3, 0, 0)

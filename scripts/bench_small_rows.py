@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from specviz.core import cpu
+from specviz.pair import cpu
 
 ROWS = (1, 2, 4, 8, 16)
 Product = Callable[[torch.Tensor], torch.Tensor]

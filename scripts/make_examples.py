@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import transformers
 
-from specviz.core.lookup import LookupSettings
-from specviz.core.models import get_pair
-from specviz.core.pipeline import Limits, compare, make_request
-from specviz.core.policies import DEFAULT_MODES
-from specviz.core.presets import DEFAULT_PRESET
+from specviz.decoding.lookup import LookupSettings
+from specviz.decoding.pipeline import Limits, compare, make_request
+from specviz.decoding.policies import DEFAULT_MODES
+from specviz.pair.models import get_pair
+from specviz.pair.presets import DEFAULT_PRESET
 from specviz.ui.files import load_examples
 
 

@@ -1,6 +1,6 @@
 """Where a whole comparison's time goes, without the page: each model run against everything else.
 
-Runs the first example prompt through `specviz.core.pipeline.compare` (the CLI's path) with the default
+Runs the first example prompt through `specviz.decoding.pipeline.compare` (the CLI's path) with the default
 preset and policies, `--repeats` times, and prints per run: the engine's own time for target-only
 decoding and for each policy, the oracle's preparation, and what is left (token text, records,
 bookkeeping). Run it alone on a quiet machine.
@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specviz.core.models import get_pair
-from specviz.core.pipeline import Limits, compare, make_request
-from specviz.core.policies import DEFAULT_MODES
-from specviz.core.presets import DEFAULT_PRESET
+from specviz.decoding.pipeline import Limits, compare, make_request
+from specviz.decoding.policies import DEFAULT_MODES
+from specviz.pair.models import get_pair
+from specviz.pair.presets import DEFAULT_PRESET
 from specviz.ui.files import load_examples
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from specviz.core.engine import generate
-from specviz.core.models import get_pair
-from specviz.core.pipeline import compare, make_request, prompt_ids_for
-from specviz.core.policies import Dynamic, Static
-from specviz.core.presets import DEFAULT_PRESET
+from specviz.decoding.engine import generate
+from specviz.decoding.pipeline import compare, make_request, prompt_ids_for
+from specviz.decoding.policies import Dynamic, Static
+from specviz.pair.models import get_pair
+from specviz.pair.presets import DEFAULT_PRESET
 from specviz.study.sweep import replay
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome, ignoring case and spaces."

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specviz.core.policies import CostAware, DraftStep, Dynamic, PassPrices, Policy
-from specviz.core.trace import Comparison
+from specviz.decoding.policies import CostAware, DraftStep, Dynamic, PassPrices, Policy
+from specviz.decoding.trace import Comparison
 from specviz.study.costs import PassCosts
 from specviz.study.records import PromptResult
 from specviz.study.runner import ResultStore, saved_runs

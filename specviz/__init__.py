@@ -1,11 +1,14 @@
 """SpecViz: see how speculative decoding spends its work.
 
-Three packages, one per stage of the data flow (docs/DESIGN.md); imports run one way, from ui and
-study down to core:
+Four packages, one per stage of the data flow (docs/DESIGN.md); imports run one way, from ui and
+study down to decoding, and from decoding down to the pair:
 
-    core/   decode one prompt: the model pair (models), lookahead rules (policies), the
-            draft-verify loop (engine), the oracle's ideal (oracle), one prompt through every
-            policy (pipeline), and the records all of it produces (trace)
+    pair/      the model pair, set up for the machine: presets, where weights come from (weights,
+               wheel_parts), loading (models), the CPU and GPU set-ups (cpu, kquant, gpu)
+    decoding/  decode one prompt: lookahead rules and their registry (policies), what proposes
+               tokens (drafters, lookup), the draft-verify loop (engine), the oracle's ideal
+               (oracle), what a pass costs (costcurve), one prompt through every policy
+               (pipeline), and the records all of it produces (trace)
     study/  measure and explain: the what-if replay (sweep), calibration and work split
             (analysis), benchmarks (bench, hf_reference) and the study over whole suites
             (runner, report)

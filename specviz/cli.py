@@ -14,14 +14,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import settings
-from .core import lookup
-from .core.models import ModelLoadError, get_pair
-from .core.pipeline import Limits, compare, make_request
-from .core.policies import DEFAULT_MODES, MAX_MODES
-from .core.presets import DEFAULT_PRESET, PRESETS, REAL_PAIR_PRESET, get_preset
-from .core.trace import Comparison
-from .core.weights import REAL_PAIR_REQUIREMENTS, set_up_pair
+from .decoding import lookup
+from .decoding.pipeline import Limits, compare, make_request
+from .decoding.policies import DEFAULT_MODES, MAX_MODES
+from .decoding.trace import Comparison
 from .errors import SpecVizError
+from .pair.models import ModelLoadError, get_pair
+from .pair.presets import DEFAULT_PRESET, PRESETS, REAL_PAIR_PRESET, get_preset
+from .pair.weights import REAL_PAIR_REQUIREMENTS, set_up_pair
 from .study.sweep import can_replay, sweep
 from .ui.export import SWEEP_HEADERS, sweep_rows, write_all
 from .ui.render import SUMMARY_HEADERS, summary_rows

@@ -13,17 +13,17 @@ from contextlib import contextmanager
 
 # Each variable, with where its default and meaning live (docs/SETUP.md's table, in this order).
 VARIABLES: dict[str, str] = {
-    "SPECVIZ_MAX_NEW_TOKENS": "core/pipeline.py Limits",
-    "SPECVIZ_MAX_PROMPT_TOKENS": "core/pipeline.py Limits",
-    "SPECVIZ_TIME_BUDGET_S": "core/pipeline.py Limits (the CLI: only when set)",
-    "SPECVIZ_QUEUE_SIZE": "core/pipeline.py Limits",
+    "SPECVIZ_MAX_NEW_TOKENS": "decoding/pipeline.py Limits",
+    "SPECVIZ_MAX_PROMPT_TOKENS": "decoding/pipeline.py Limits",
+    "SPECVIZ_TIME_BUDGET_S": "decoding/pipeline.py Limits (the CLI: only when set)",
+    "SPECVIZ_QUEUE_SIZE": "decoding/pipeline.py Limits",
     "SPECVIZ_MCP": "ui/page.py mcp_enabled",
-    "SPECVIZ_ALLOW_HUB_MODELS": "core/presets.py get_preset",
-    "SPECVIZ_DEFAULT_PRESET": "core/presets.py default_preset",
+    "SPECVIZ_ALLOW_HUB_MODELS": "pair/presets.py get_preset",
+    "SPECVIZ_DEFAULT_PRESET": "pair/presets.py default_preset",
     "SPECVIZ_PRELOAD": "ui/events.py preloading",
-    "SPECVIZ_CACHE": "core/weights.py cache_root",
-    "SPECVIZ_TARGET_SETUP": "core/cpu.py choose_target",
-    "SPECVIZ_DRAFT_SETUP": "core/cpu.py choose_draft",
+    "SPECVIZ_CACHE": "pair/weights.py cache_root",
+    "SPECVIZ_TARGET_SETUP": "pair/cpu.py choose_target",
+    "SPECVIZ_DRAFT_SETUP": "pair/cpu.py choose_draft",
 }
 
 

@@ -37,7 +37,7 @@ def pytest_xdist_make_scheduler(config, log):
     that its two presets run side by side."""
     from xdist.scheduler import LoadScopeScheduling
 
-    from specviz.core.presets import PRESETS
+    from specviz.pair.presets import PRESETS
 
     class ByModuleAndPreset(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -76,7 +76,7 @@ def noisy_copy(model, noise: float, seed: int):
 @pytest.fixture(scope="session")
 def tiny_pair():
     """A 32-token target and a jittered copy as draft (acceptance about 0.6 with static k=4)."""
-    from specviz.core.models import build_pair
+    from specviz.pair.models import build_pair
 
     target = tiny_llama(0, vocab=32, sharpness=2.0)
     return build_pair("tiny", target, noisy_copy(target, 0.2, seed=5), tokenizer=None, device=torch.device("cpu"))
@@ -85,7 +85,7 @@ def tiny_pair():
 @pytest.fixture(scope="session")
 def tiny_unrelated_pair():
     """Two independent 8-token models: their distributions differ a lot, as sampling tests need."""
-    from specviz.core.models import build_pair
+    from specviz.pair.models import build_pair
 
     return build_pair("tiny", tiny_llama(0, sharpness=10.0), tiny_llama(1, sharpness=10.0), tokenizer=None,
                       device=torch.device("cpu"))
@@ -93,15 +93,15 @@ def tiny_unrelated_pair():
 
 @pytest.fixture(scope="session")
 def bundled_pair():
-    from specviz.core.models import get_pair
-    from specviz.core.presets import DEFAULT_PRESET
+    from specviz.pair.models import get_pair
+    from specviz.pair.presets import DEFAULT_PRESET
 
     return get_pair(DEFAULT_PRESET)
 
 
 @pytest.fixture(scope="session")
 def bundled_bf16_pair():
-    from specviz.core.models import get_pair
+    from specviz.pair.models import get_pair
 
     return get_pair("smollm2-135m-bf16")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_plots import make_comparison, make_trace
 
-from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
+from specviz.decoding.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
 from specviz.study.analysis import (
     Judged,
     auc,

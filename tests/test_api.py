@@ -2,9 +2,9 @@
 
 import pytest
 
-from specviz.core.presets import PRESETS
-from specviz.core.trace import Comparison
+from specviz.decoding.trace import Comparison
 from specviz.errors import SpecVizError
+from specviz.pair.presets import PRESETS
 from specviz.ui import api
 from specviz.ui.files import load_examples
 

@@ -2,7 +2,7 @@
 
 Drives the shared live app (conftest.live_server: `python app.py`, SPECVIZ_CACHE inherited) with
 Playwright. The numbers on the page are checked against the same request run here, in the
-test process, through `specviz.core.pipeline.compare`: greedy decoding is deterministic, so the pass
+test process, through `specviz.decoding.pipeline.compare`: greedy decoding is deterministic, so the pass
 counts must match exactly (wall times differ and are not compared).
 
 Run: python -m pytest tests/test_app_browser.py -q     (about 1-2 minutes on 2 cores)
@@ -30,9 +30,9 @@ if not Path(CHROMIUM).exists():
 
 def expected_comparison():
     """The same request through the engine in this process."""
-    from specviz.core.models import get_pair
-    from specviz.core.pipeline import Limits, compare, make_request
-    from specviz.core.presets import DEFAULT_PRESET
+    from specviz.decoding.pipeline import Limits, compare, make_request
+    from specviz.pair.models import get_pair
+    from specviz.pair.presets import DEFAULT_PRESET
 
     request = make_request(PROMPT, "static:5,heuristic:5,dynamic:0.4:20,oracle", MAX_NEW_TOKENS)
     return compare(get_pair(DEFAULT_PRESET), request, Limits(time_budget_s=1200))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from app_server import CHROMIUM
 
-from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
+from specviz.decoding.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -4,11 +4,12 @@ optimality over prompts of every suite: tests/test_exact_oracle.py."""
 
 import pytest
 
-from specviz.core.engine import TransformersDrafter, generate, target_only
-from specviz.core.models import check_same_vocabulary, encode_prompt, get_pair
-from specviz.core.pipeline import Limits, make_request, prompt_ids_for
-from specviz.core.policies import make_policy, parse_modes
+from specviz.decoding.drafters import TransformersDrafter
+from specviz.decoding.engine import generate, target_only
+from specviz.decoding.pipeline import Limits, make_request, prompt_ids_for
+from specviz.decoding.policies import make_policy, parse_modes
 from specviz.errors import SpecVizError
+from specviz.pair.models import check_same_vocabulary, encode_prompt, get_pair
 from specviz.study.hf_reference import hf_assisted
 
 pytestmark = pytest.mark.slow
@@ -90,7 +91,7 @@ def test_mismatched_vocabularies_are_refused(bundled_pair):
 
 
 def test_hub_preset_offline_fails_fast_with_the_preset_name(monkeypatch, tmp_path):
-    from specviz.core.models import load_pair
+    from specviz.pair.models import load_pair
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from specviz.cli import main
-from specviz.core.trace import Comparison
+from specviz.decoding.trace import Comparison
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

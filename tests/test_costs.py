@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from specviz.core.trace import Baseline, Comparison, Round, Trace
+from specviz.decoding.trace import Baseline, Comparison, Round, Trace
 from specviz.study.costs import PassCosts, PolicyRun, TargetOnlyRun, draft_prefill_calls
 
 PROMPT_TOKENS = 8

@@ -1,4 +1,4 @@
-"""The target's and draft's set-up for the CPU (core/cpu.py) on tiny models built here: the choice per
+"""The target's and draft's set-up for the CPU (pair/cpu.py) on tiny models built here: the choice per
 capability, row-exact attention, the bf16 set-up lossless and close to fp32, and the cost curve."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 import torch
 from conftest import noisy_copy, tiny_llama
 
-from specviz.core import cpu
-from specviz.core.costcurve import CostCurve, LivePrices, measure, table
-from specviz.core.engine import decode_target_only, generate, target_only
-from specviz.core.models import build_pair
-from specviz.core.policies import Dynamic, Heuristic, PassPrices, Static
-from specviz.core.trace import Baseline, Round, Trace
+from specviz.decoding.costcurve import CostCurve, LivePrices, measure, table
+from specviz.decoding.engine import decode_target_only, generate, target_only
+from specviz.decoding.policies import Dynamic, Heuristic, PassPrices, Static
+from specviz.decoding.trace import Baseline, Round, Trace
+from specviz.pair import cpu
+from specviz.pair.models import build_pair
 
 needs_bf16 = pytest.mark.skipif(not cpu.machine().native_bf16, reason="this CPU has no native bf16")
 
@@ -320,8 +320,8 @@ def test_live_prices_never_price_a_window_below_one_token():
 
 @pytest.mark.slow
 def test_a_cost_aware_comparison_measures_the_pairs_prices_once_and_records_them(bundled_pair):
-    from specviz.core.costcurve import pass_prices
-    from specviz.core.pipeline import compare, make_request
+    from specviz.decoding.costcurve import pass_prices
+    from specviz.decoding.pipeline import compare, make_request
 
     bundled_pair.prices = None
     messages: list[str] = []

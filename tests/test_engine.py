@@ -4,11 +4,12 @@ the target's distribution, and parity with transformers' assisted generation."""
 import pytest
 import torch
 
-from specviz.core import engine
-from specviz.core.engine import CachedModel, Drafter, TransformersDrafter, generate, target_only
-from specviz.core.oracle import make_oracle
-from specviz.core.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
-from specviz.core.trace import first_difference
+from specviz.decoding import drafters
+from specviz.decoding.drafters import CachedModel, Drafter, TransformersDrafter
+from specviz.decoding.engine import generate, target_only
+from specviz.decoding.oracle import make_oracle
+from specviz.decoding.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
+from specviz.decoding.trace import first_difference
 from specviz.study.hf_reference import hf_assisted
 
 PROMPTS = [[1, 2, 3], [5], [7, 7, 7, 7, 2, 0, 1], [3, 1, 4, 1, 5, 2, 6]]
@@ -104,7 +105,7 @@ def test_parity_with_transformers_assisted_generation(tiny_pair, spec, prompt):
 
 
 def expected_extra_calls(trace, prompt_tokens):
-    """Draft calls beyond one per drafted token, by the rule of engine.Drafter: the prompt's
+    """Draft calls beyond one per drafted token, by the rule of drafters.Drafter: the prompt's
     prefill at the first drafting round, and one catch-up call for every committed token the
     cache lacks at a round's start but the last."""
     extra, cached = 0, -1  # answer tokens the cache holds (-1: the prompt but its last token)
@@ -143,7 +144,7 @@ def test_the_transformers_feeding_reads_what_that_transformers_reads(tiny_pair, 
     """Each round's first draft call reads, in one call: up to transformers 5.24 the last two
     committed tokens; from 5.25 on only what the cache lacks, the last token, or the last two
     after a round whose drafts were all accepted (its last draft token was never read)."""
-    monkeypatch.setattr(engine, "_transformers_rereads_two", lambda: rereads_two)
+    monkeypatch.setattr(drafters, "_transformers_rereads_two", lambda: rereads_two)
     lengths = []
     hook = tiny_pair.draft.get_decoder().register_forward_pre_hook(
         lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
@@ -238,7 +239,7 @@ def test_target_only_sampling_matches_target_distribution(tiny_unrelated_pair):
 def test_each_round_is_shown_drafted_before_it_is_judged(tiny_pair):
     """speculate yields after the draft step (the proposal pending) and after the verdict; the
     pending proposal is the round's draft, and stopping by should_stop never drops a drafted round."""
-    from specviz.core.engine import speculate
+    from specviz.decoding.engine import speculate
 
     frames = []
     for trace in speculate(tiny_pair, [1, 2, 3], Dynamic(0.4, 20), 40):
@@ -276,7 +277,7 @@ def test_the_prompt_prefill_is_timed_apart_in_the_first_drafting_round(tiny_pair
 
 
 def _int8_row_draft(target):
-    from specviz.core.models import int8_draft
+    from specviz.pair.models import int8_draft
 
     return int8_draft(target)
 
@@ -284,7 +285,7 @@ def _int8_row_draft(target):
 def test_a_row_exact_draft_catches_up_in_one_call_with_the_logits_of_one_by_one_feeding(tiny_pair):
     """The bundled int8 draft's set-up (dynamic int8 computed row by row, row attention) is row-exact:
     a backlog read in one call gives the very logits and cache that one call per token gives."""
-    from specviz.core.cpu import draft_rows_exact
+    from specviz.pair.cpu import draft_rows_exact
 
     draft = _int8_row_draft(tiny_pair.target)
     assert draft_rows_exact(draft)
@@ -307,7 +308,7 @@ def test_a_draft_that_is_not_row_exact_is_fed_one_token_per_call(tiny_pair):
     says so and its drafter reads the backlog one token per call."""
     import warnings
 
-    from specviz.core.cpu import draft_rows_exact
+    from specviz.pair.cpu import draft_rows_exact
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -327,7 +328,7 @@ def test_a_draft_that_is_not_row_exact_is_fed_one_token_per_call(tiny_pair):
 
 
 def test_a_long_backlog_is_read_in_calls_of_at_most_catch_up_rows(tiny_pair):
-    from specviz.core.policies import CATCH_UP_ROWS
+    from specviz.pair.cpu import CATCH_UP_ROWS
 
     draft = _int8_row_draft(tiny_pair.target)
     prompt = [3, 1]

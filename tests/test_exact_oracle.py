@@ -1,6 +1,6 @@
 """The oracle is the true ideal on the real bundled pairs, over prompts from every suite.
 
-The engine feeds the draft one token per call after the prompt (engine.Drafter), so the draft's
+The engine feeds the draft one token per call after the prompt (drafters.Drafter), so the draft's
 guess at an answer position is a function of the text alone. Then, for every greedy policy:
 
 - every round accepts exactly min(its lookahead, the oracle's ideal at its start). A round cut
@@ -15,8 +15,8 @@ guess at an answer position is a function of the text alone. Then, for every gre
 
 import pytest
 
-from specviz.core.pipeline import compare, make_request
-from specviz.core.policies import make_policy, parse_modes
+from specviz.decoding.pipeline import compare, make_request
+from specviz.decoding.policies import make_policy, parse_modes
 from specviz.study.bench import read_suite
 from specviz.study.runner import DEFAULT_SUITES
 from specviz.study.sweep import replay
@@ -36,7 +36,7 @@ def suite_prompts():
 # module out by preset): the two presets run side by side.
 @pytest.fixture(scope="module", params=["smollm2-135m-int8", "smollm2-135m-bf16"])
 def comparisons(request):
-    from specviz.core.models import get_pair
+    from specviz.pair.models import get_pair
 
     pair = get_pair(request.param)
     return pair, [compare(pair, make_request(item.prompt, MODES, MAX_NEW_TOKENS)) for item in suite_prompts()]
@@ -89,7 +89,7 @@ def test_the_what_if_replay_is_exact_for_every_setting_run(comparisons):
 
 
 def _oracle_of(c):
-    from specviz.core.policies import Oracle
+    from specviz.decoding.policies import Oracle
 
     return Oracle(c.oracle_ideal)
 

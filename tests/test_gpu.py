@@ -1,4 +1,4 @@
-"""ZeroGPU (specviz/core/gpu.py): what this machine can prove without a GPU. Model work goes
+"""ZeroGPU (specviz/pair/gpu.py): what this machine can prove without a GPU. Model work goes
 through the decorated functions, the duration rule, and `spaces` installed changes nothing here."""
 
 import ast
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.core import gpu, pipeline
+from specviz.decoding import pipeline
+from specviz.pair import gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,10 +110,10 @@ def test_spaces_installed_without_zerogpu_changes_nothing():
 
 
 # The app (specviz/ui), the study's runner and the CLI's study reach the models only through
-# pipeline.run_preset / compare_preset (gpu_work). A new path that imported the engine, the oracle or
+# pipeline.run_preset / compare_preset (gpu_work). A new path that imported the engine, a drafter, the oracle or
 # pipeline's pair-taking functions there would bypass the GPU slot on ZeroGPU.
-BYPASSES = {"specviz.core.engine": None, "specviz.core.oracle": None,
-            "specviz.core.pipeline": {"run_comparison", "compare"}}
+BYPASSES = {"specviz.decoding.engine": None, "specviz.decoding.drafters": None, "specviz.decoding.oracle": None,
+            "specviz.decoding.pipeline": {"run_comparison", "compare"}}
 
 
 def _imports(path: Path) -> list[tuple[str, str]]:
@@ -138,8 +139,8 @@ def test_the_app_and_the_study_reach_the_models_only_through_gpu_work(path):
 def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(tmp_path, restore_threads):
     """Hooks on both models record, for every forward call, whether it ran inside gpu_work."""
     from specviz.cli import main
-    from specviz.core.models import get_pair
-    from specviz.core.presets import DEFAULT_PRESET
+    from specviz.pair.models import get_pair
+    from specviz.pair.presets import DEFAULT_PRESET
     from specviz.ui import api, events
 
     pair = get_pair(DEFAULT_PRESET)  # the process's pair, which the app, the API and the study use

@@ -1,4 +1,4 @@
-"""The target at its GGUF's own precision (core/kquant.py, kquant.c): K-quant blocks unpacked to the
+"""The target at its GGUF's own precision (pair/kquant.py, kquant.c): K-quant blocks unpacked to the
 values the GGUF dequantizes to, the kernel's product, its rows the same bits alone and in a window,
 a tiny model on it lossless, and the set-up chosen per CPU capability."""
 
@@ -12,8 +12,8 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter, quants
 from test_cpu import WITHOUT_BF16, accepted_losslessly
 
-from specviz.core import cpu, kquant
-from specviz.core.models import build_pair
+from specviz.pair import cpu, kquant
+from specviz.pair.models import build_pair
 
 KINDS = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q6_K: GGMLQuantizationType.Q6_K}
 WITH_VNNI = cpu.Machine("a CPU with VNNI", True, frozenset({"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}))

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from specviz.cli import main
-from specviz.core.engine import LookupDrafter, generate, target_only
-from specviz.core.lookup import LookupSettings, propose
-from specviz.core.oracle import fewest_rounds, finish, lookup_oracle_search
-from specviz.core.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
+from specviz.decoding.drafters import LookupDrafter
+from specviz.decoding.engine import generate, target_only
+from specviz.decoding.lookup import LookupSettings, propose
+from specviz.decoding.oracle import fewest_rounds, finish, lookup_oracle_search
+from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
 from specviz.errors import SpecVizError
 
 DEFAULT = LookupSettings()
@@ -171,7 +172,7 @@ def test_parity_with_transformers_prompt_lookup(bundled_pair, num_tokens):
     """Greedy, static k = num_tokens: the same tokens and target passes as transformers'
     `generate(prompt_lookup_num_tokens=k)` on the bundled target, on prompts that copy a lot,
     a little and not at all."""
-    from specviz.core.models import encode_prompt
+    from specviz.pair.models import encode_prompt
     from specviz.study.hf_reference import hf_prompt_lookup
 
     prompts = [EDIT_PROMPT, "Write a Python function that returns the second largest number in a list.",
@@ -218,7 +219,7 @@ def test_the_draft_model_stays_the_default_everywhere():
 
 
 def test_a_copied_token_says_where_it_was_copied_from_and_escapes_it():
-    from specviz.core.trace import Round
+    from specviz.decoding.trace import Round
     from specviz.ui.render import _round_html
 
     copied = Round(index=2, position=7, budget=10, draft_ids=[5, 6], draft_probs=[0.5, 1.0], accepted=1,
@@ -231,7 +232,7 @@ def test_a_copied_token_says_where_it_was_copied_from_and_escapes_it():
 
 
 def test_a_lookup_comparison_round_trips_and_a_model_one_keeps_its_file_form():
-    from specviz.core.trace import Baseline, Comparison, Round, Trace
+    from specviz.decoding.trace import Baseline, Comparison, Round, Trace
     from specviz.ui.columns import done_message
 
     rounds = [Round(index=0, position=0, budget=3, draft_ids=[1, 2], draft_probs=[1.0, 0.5], accepted=2, target_id=3,
@@ -261,7 +262,7 @@ def test_the_round_replay_says_where_a_lookup_copied_from(tiny_pair):
 
 
 def replay_policies():
-    from specviz.core.pipeline import LOOKUP_STEP_MS
+    from specviz.decoding.pipeline import LOOKUP_STEP_MS
 
     return [Static(1), Static(4), Static(10), Heuristic(2), Heuristic(5), Dynamic(0.3, max_tokens=20),
             Dynamic(0.7, max_tokens=20), Adaptive(0.4), Entropy(0.5, max_tokens=20),
@@ -272,7 +273,7 @@ def replay_policies():
 def test_the_what_if_replays_a_lookup_run_exactly(tiny_pair, prompt):
     """A lookup's proposal is a function of the text: the replay, recomputing it from the prompt
     and the answer, gives every policy's real target passes and plain passes, for every policy."""
-    from specviz.core.trace import Comparison
+    from specviz.decoding.trace import Comparison
     from specviz.study.costs import plain_passes
     from specviz.study.sweep import can_replay, replayed_passes, sweep
 

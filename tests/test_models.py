@@ -2,9 +2,9 @@
 
 import pytest
 
-from specviz.core.presets import ALLOW_HUB_MODELS_ENV, DEFAULT_PRESET, PRESETS, get_preset
-from specviz.core.weights import cache_root
 from specviz.errors import SpecVizError
+from specviz.pair.presets import ALLOW_HUB_MODELS_ENV, DEFAULT_PRESET, PRESETS, get_preset
+from specviz.pair.weights import cache_root
 
 
 def test_default_preset_is_bundled_and_offline():

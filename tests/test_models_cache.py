@@ -2,7 +2,7 @@
 
 import pytest
 
-from specviz.core import models, weights
+from specviz.pair import models, weights
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from specviz.core import models, presets, weights
-from specviz.core.pipeline import compare, make_request
+from specviz.decoding.pipeline import compare, make_request
+from specviz.pair import models, presets, weights
 from tests.conftest import noisy_copy, tiny_llama
 
 WORDS = ["<unk>", "<eos>"] + [f"w{i}" for i in range(30)]
@@ -83,7 +83,7 @@ def test_default_preset_follows_the_environment():
 
 @pytest.mark.parametrize("name", ["smollm2-999m", "HuggingFaceTB/a|HuggingFaceTB/b", "../x"])
 def test_an_unknown_default_preset_falls_back_with_a_warning(caplog, name):
-    with caplog.at_level(logging.WARNING, logger="specviz.core.models"):
+    with caplog.at_level(logging.WARNING, logger="specviz.pair.models"):
         assert presets.default_preset({presets.DEFAULT_PRESET_ENV: name}) == presets.BUILTIN_DEFAULT_PRESET
     assert presets.DEFAULT_PRESET_ENV in caplog.text and "not a listed preset" in caplog.text
 

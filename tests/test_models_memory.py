@@ -4,7 +4,7 @@ pair before it loads; small ones (the bundled pairs, about 1 GB each) stay. No m
 
 import pytest
 
-from specviz.core import models, presets
+from specviz.pair import models, presets
 
 REAL = presets.REAL_PAIR_PRESET
 BUNDLED = ["smollm2-135m-int8", "smollm2-135m-bf16"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from specviz.colors import POLICY_COLORS
-from specviz.core.trace import Baseline, Comparison, Round, Trace
+from specviz.decoding.trace import Baseline, Comparison, Round, Trace
 from specviz.ui.plots import (
     cumulative_tokens,
     lookahead_figure,

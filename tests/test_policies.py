@@ -2,8 +2,8 @@
 
 import pytest
 
-from specviz.core.pipeline import make_request
-from specviz.core.policies import (
+from specviz.decoding.pipeline import make_request
+from specviz.decoding.policies import (
     MAX_LOOKAHEAD,
     Adaptive,
     CostAware,
@@ -306,7 +306,7 @@ def test_the_registry_holds_each_policy_once_and_every_reader_agrees_with_it():
     """One entry per policy: its settings' defaults read back through the mode string, its
     policy can be made (with what it needs), and the colours, columns and defaults come from it."""
     from specviz.colors import POLICY_COLORS
-    from specviz.core.policies import DEFAULT_MODES, POLICIES, format_modes, mode_label
+    from specviz.decoding.policies import DEFAULT_MODES, POLICIES, format_modes, mode_label
     from specviz.ui.columns import ALL_COLUMNS, EXTRA_COLUMNS
 
     prices = PassPrices(draft_call_ms=5.0, target_ms=(20.0,))

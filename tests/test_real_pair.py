@@ -5,9 +5,9 @@ download and up to 11 GB of RAM while it loads)."""
 
 import pytest
 
-from specviz.core import cpu, kquant, models, presets, weights
-from specviz.core.pipeline import compare, make_request
-from specviz.core.wheel_parts import SETUP_COMMAND
+from specviz.decoding.pipeline import compare, make_request
+from specviz.pair import cpu, kquant, models, presets, weights
+from specviz.pair.wheel_parts import SETUP_COMMAND
 
 pytestmark = pytest.mark.slow
 

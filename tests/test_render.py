@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specviz.core.trace import Baseline, Comparison, Pending, Round, Trace, drafting_view
+from specviz.decoding.trace import Baseline, Comparison, Pending, Round, Trace, drafting_view
 from specviz.ui.render import (
     LEGEND_HTML,
     SUMMARY_HEADERS,

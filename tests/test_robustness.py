@@ -174,9 +174,9 @@ def test_odd_characters_just_work_and_the_app_keeps_serving(bundled_pair):
 def test_eos_as_the_first_token_gives_empty_answers_with_correct_counts(bundled_pair, monkeypatch):
     """The pair's end-of-sequence set is made to contain the first greedy token of the prompt's
     answer, so every run stops at once: one target pass, one token (the EOS), an empty answer."""
-    from specviz.core.engine import target_only
-    from specviz.core.models import encode_prompt
-    from specviz.core.pipeline import Limits, compare, make_request
+    from specviz.decoding.engine import target_only
+    from specviz.decoding.pipeline import Limits, compare, make_request
+    from specviz.pair.models import encode_prompt
 
     ids = encode_prompt(bundled_pair, GOOD["prompt"])
     first = target_only(bundled_pair, ids, 1).token_ids[0]
@@ -190,7 +190,7 @@ def test_eos_as_the_first_token_gives_empty_answers_with_correct_counts(bundled_
         assert trace.token_ids == [first], trace.label
         assert trace.stop_reason == "eos" and trace.target_passes == 1 and trace.lossless is True, trace.label
 
-    from specviz.core import pipeline
+    from specviz.decoding import pipeline
     from specviz.ui import turns
 
     monkeypatch.setattr(turns, "wait_for_pair", lambda name: iter([stopping]))
@@ -223,7 +223,7 @@ def test_a_tiny_time_budget_shows_partial_results_marked_partial(bundled_pair, m
 
 @pytest.mark.parametrize("raw", ["", "abc", "0", "-3", "nan", " "])
 def test_a_bad_limit_in_the_environment_means_the_default(monkeypatch, raw):
-    from specviz.core.pipeline import Limits
+    from specviz.decoding.pipeline import Limits
 
     for name in ("SPECVIZ_MAX_NEW_TOKENS", "SPECVIZ_MAX_PROMPT_TOKENS", "SPECVIZ_TIME_BUDGET_S", "SPECVIZ_QUEUE_SIZE"):
         monkeypatch.setenv(name, raw)
@@ -231,7 +231,7 @@ def test_a_bad_limit_in_the_environment_means_the_default(monkeypatch, raw):
 
 
 def test_limits_are_read_from_the_environment(monkeypatch):
-    from specviz.core.pipeline import Limits
+    from specviz.decoding.pipeline import Limits
 
     monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "64")
     monkeypatch.setenv("SPECVIZ_MAX_PROMPT_TOKENS", "100")
@@ -241,7 +241,7 @@ def test_limits_are_read_from_the_environment(monkeypatch):
 
 
 def test_a_slow_pairs_request_gets_a_time_budget_it_can_finish_in():
-    from specviz.core.pipeline import Limits
+    from specviz.decoding.pipeline import Limits
     from specviz.ui.turns import expected_seconds
 
     limits = Limits(time_budget_s=300)
@@ -272,7 +272,7 @@ def test_every_setting_in_the_code_is_in_the_limits_table():
     table = setup[setup.index("## Limits"):].split("\n## ")[0]
     documented = set(re.findall(r"`(SPECVIZ_[A-Z_]+)`", table))
     assert used <= documented, f"not in docs/SETUP.md's Limits table: {sorted(used - documented)}"
-    from specviz.core.pipeline import Limits
+    from specviz.decoding.pipeline import Limits
 
     for name, default in [("SPECVIZ_MAX_NEW_TOKENS", Limits.max_new_tokens),
                           ("SPECVIZ_MAX_PROMPT_TOKENS", Limits.max_prompt_tokens),
@@ -290,7 +290,7 @@ def test_the_bundled_cache_is_rebuilt_once_when_damaged(tmp_path, monkeypatch, d
     rebuild from the GGUF is tests/test_models_cache.py."""
     import transformers
 
-    from specviz.core import weights
+    from specviz.pair import weights
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setattr(weights.importlib.util, "find_spec", lambda name: object())  # the package is there

@@ -65,7 +65,7 @@ LIVE_JS = """() => {
 
 
 def hostile_comparison():
-    from specviz.core.trace import Baseline, Comparison, Round, Trace
+    from specviz.decoding.trace import Baseline, Comparison, Round, Trace
 
     text = " ".join(PAYLOADS)
     traces = []

@@ -79,7 +79,7 @@ def test_the_api_lists_only_what_a_script_calls(served):
 
 
 def test_presets_and_examples_are_data(served):
-    from specviz.core.presets import PRESETS
+    from specviz.pair.presets import PRESETS
     from specviz.ui.files import load_examples
 
     _, url, _ = served
@@ -173,8 +173,8 @@ def test_a_hub_preset_offline_fails_fast_and_bundled_presets_still_work(served):
 
 
 def test_eight_clients_at_once_each_get_their_own_answer(served, bundled_pair):
-    from specviz.core.engine import target_only
-    from specviz.core.models import encode_prompt
+    from specviz.decoding.engine import target_only
+    from specviz.pair.models import encode_prompt
 
     proc, url, log_path = served
     results: dict[str, object] = {}

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from specviz.cli import main
-from specviz.core.policies import CostAware, Dynamic, PassPrices
+from specviz.decoding.policies import CostAware, Dynamic, PassPrices
 from specviz.study import runner as study
 from specviz.study.costs import PassCosts
 from specviz.study.hindsight import best_dynamic

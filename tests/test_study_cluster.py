@@ -52,7 +52,7 @@ def tiny_pair(preset: str, tokenizer: object | None = None):
     """The pair every process of these tests computes on: the same seeds, so the same weights in each."""
     import torch
 
-    from specviz.core.models import build_pair
+    from specviz.pair.models import build_pair
     from tests.conftest import noisy_copy, tiny_llama
 
     target = tiny_llama(0, vocab=len(WORDS), sharpness=2.0)
@@ -169,8 +169,8 @@ def test_two_ray_workers_record_what_one_process_records(local_ray, tmp_path, mo
     from specviz.cli import main
 
     pair = tiny_pair(PRESET)  # the one process's pair: the run in one process loads it by the preset's name
-    monkeypatch.setattr("specviz.core.models.get_pair", lambda name, progress=None: pair)
-    monkeypatch.setattr("specviz.core.pipeline.get_pair", lambda name, progress=None: pair)
+    monkeypatch.setattr("specviz.pair.models.get_pair", lambda name, progress=None: pair)
+    monkeypatch.setattr("specviz.decoding.pipeline.get_pair", lambda name, progress=None: pair)
     monkeypatch.setattr(cluster, "PAIR_FACTORY", tiny_pair)  # each worker builds its own
     suite = write_suite(tmp_path, PROMPTS)
     one, on_ray = tmp_path / "one", tmp_path / "ray"

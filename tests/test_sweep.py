@@ -2,10 +2,10 @@
 
 import pytest
 
-from specviz.core.engine import generate, target_only
-from specviz.core.oracle import draft_along, finish
-from specviz.core.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
-from specviz.core.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
+from specviz.decoding.engine import generate, target_only
+from specviz.decoding.oracle import draft_along, finish
+from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
+from specviz.decoding.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
 from specviz.study.analysis import rule_rounds
 from specviz.study.costs import PassCosts
 from specviz.study.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep

@@ -120,7 +120,7 @@ def test_the_waiting_message_names_the_queue_and_the_wait():
 def test_a_run_waits_its_turn_then_gets_the_pair_loaded_in_it(clock, monkeypatch):
     """take_turn, shared by the page's runs and the API's: Standing while another run holds the
     models, then the pair's load states, then the pair; the pair is never asked for before."""
-    from specviz.core.models import LoadState
+    from specviz.pair.models import LoadState
     from specviz.ui import turns as turns_module
 
     asked = []

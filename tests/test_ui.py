@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from specviz.core.policies import parse_modes
-from specviz.core.presets import PRESETS
-from specviz.core.trace import Baseline, Comparison, Round, Trace
+from specviz.decoding.policies import parse_modes
+from specviz.decoding.trace import Baseline, Comparison, Round, Trace
 from specviz.errors import SpecVizError
+from specviz.pair.presets import PRESETS
 from specviz.ui.columns import (
     POLICY_COLUMNS,
     column_htmls,
@@ -193,7 +193,7 @@ def test_server_options_bad_port():
 
 # ---- explorer: extra columns, sampling, replay, import ---------------------------------------
 
-from specviz.core.policies import CostAware, DraftStep, PassPrices
+from specviz.decoding.policies import CostAware, DraftStep, PassPrices
 from specviz.ui.columns import ORACLE_SAMPLED_NOTE, active_columns
 from specviz.ui.files import comparison_from_text, load_comparison_file
 from specviz.ui.inputs import seed_value, temperature_value
@@ -331,9 +331,9 @@ def test_import_rejects_bad_files(tmp_path):
 
 def test_json_round_trip_shows_the_same_view(tiny_pair):
     """A comparison exported as JSON and imported again renders exactly as before."""
-    from specviz.core.engine import generate, target_only
-    from specviz.core.policies import make_policy
-    from specviz.core.trace import DraftAlongReference
+    from specviz.decoding.engine import generate, target_only
+    from specviz.decoding.policies import make_policy
+    from specviz.decoding.trace import DraftAlongReference
     from specviz.ui.columns import ALL_COLUMNS
     from specviz.ui.render import summary_rows
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.core.policies import CostAware
+from specviz.decoding.policies import CostAware
 from specviz.study.costs import plain_passes
 
 ROOT = Path(__file__).resolve().parents[1]

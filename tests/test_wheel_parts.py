@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz.core import cpu, models, presets, weights, wheel_parts
-from specviz.core.pipeline import compare, make_request
-from specviz.core.wheel_parts import SETUP_COMMAND, JoinedFile
+from specviz.decoding.pipeline import compare, make_request
 from specviz.errors import SpecVizError
+from specviz.pair import cpu, models, presets, weights, wheel_parts
+from specviz.pair.wheel_parts import SETUP_COMMAND, JoinedFile
 from tests.tiny_gguf import (
     PADDED_VOCAB,
     TOKENS,

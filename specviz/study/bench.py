@@ -23,13 +23,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.engine import TransformersDrafter, generate, target_only
-from ..core.models import ModelPair, encode_prompt, get_pair
-from ..core.pipeline import Limits, compare, make_request
-from ..core.policies import DEFAULT_MODES, MAX_MODES, ModeSpec, make_policy, parse_modes
-from ..core.presets import DEFAULT_PRESET, get_preset
-from ..core.trace import Comparison
+from ..decoding.drafters import TransformersDrafter
+from ..decoding.engine import generate, target_only
+from ..decoding.pipeline import Limits, compare, make_request
+from ..decoding.policies import DEFAULT_MODES, MAX_MODES, ModeSpec, make_policy, parse_modes
+from ..decoding.trace import Comparison
 from ..errors import SpecVizError
+from ..pair.models import ModelPair, encode_prompt, get_pair
+from ..pair.presets import DEFAULT_PRESET, get_preset
 
 HF_MODES = "static:5,heuristic:5,dynamic:0.4"  # the policies transformers has a counterpart for
 SPEEDUP_POLICIES = ("static", "heuristic", "dynamic")  # the study reports speedups for these
@@ -400,7 +401,7 @@ class Pairing:
 
 
 def _first_difference(a: list[int], b: list[int]) -> int | None:
-    from ..core.trace import first_difference
+    from ..decoding.trace import first_difference
 
     return first_difference(a, b)
 

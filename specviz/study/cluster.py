@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.trace import Comparison
+from ..decoding.trace import Comparison
 from ..errors import SpecVizError
 
 LOCAL = "local"  # `--ray` without an address: start Ray on this machine
@@ -34,7 +34,7 @@ RAY_MISSING = "--ray needs Ray: pip install -r requirements-study.txt"
 
 def preset_pair(preset: str) -> Any:
     """A worker's pair: the preset's, loaded as every SpecViz process loads it (`models.get_pair`)."""
-    from ..core.models import get_pair
+    from ..pair.models import get_pair
 
     return get_pair(preset)
 
@@ -100,8 +100,8 @@ class StudyWorker:
         the driver raises as a run in one process would."""
         import torch
 
-        from ..core.models import ModelLoadError
-        from ..core.pipeline import compare, make_request
+        from ..decoding.pipeline import compare, make_request
+        from ..pair.models import ModelLoadError
 
         try:
             if self.pair is None:
@@ -291,7 +291,7 @@ class RayCluster:
                                    "importable on every node, from the folder this command runs in.") from None
             return None, error
         if "error" in outcome:
-            from ..core.models import ModelLoadError
+            from ..pair.models import ModelLoadError
 
             raise (ModelLoadError if outcome["load_failed"] else SpecVizError)(outcome["error"])
         return outcome, None

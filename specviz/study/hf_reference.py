@@ -11,10 +11,10 @@ to measure the engine's overhead against it (benchmarks). Equivalences:
 transformers re-fits the confidence threshold whenever scikit-learn is installed; that is
 SpecViz's `adaptive` policy, so it is switched off for the others.
 
-The passes match SpecViz's only with `engine.TransformersDrafter`, which feeds the draft as the
+The passes match SpecViz's only with `drafters.TransformersDrafter`, which feeds the draft as the
 installed transformers does (the last committed tokens in one call per round: the last two up to
 5.24, what the cache lacks from 5.25); SpecViz's default feeding spends one more draft call per
-fully accepted round (engine.Drafter).
+fully accepted round (drafters.Drafter).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..core.policies import ModeSpec
+from ..decoding.policies import ModeSpec
 
 if TYPE_CHECKING:
-    from ..core.models import ModelPair
+    from ..pair.models import ModelPair
 
 
 @dataclass

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..core.policies import Dynamic
-from ..core.trace import Comparison
+from ..decoding.policies import Dynamic
+from ..decoding.trace import Comparison
 from .costs import PassCosts
 from .sweep import replayed_passes
 

@@ -2,7 +2,7 @@
 
 For each set-up asked for (cpu.py: fp32 as loaded; fp32 with windows computed weight-first; bf16
 with packed weights and row-exact attention, or, on a CPU without native bf16, the target as
-chosen there and the draft cast to bf16) the pair is loaded anew and its cost curve measured (core/costcurve.py): the target's
+chosen there and the draft cast to bf16) the pair is loaded anew and its cost curve measured (decoding/costcurve.py): the target's
 pass over 1-20 new tokens after a KV cache, the draft's one-token call and its prefill, in
 milliseconds and in one-token target passes. Run it alone: every figure is a timing.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 
 from .. import settings
-from ..core import cpu
-from ..core.costcurve import WINDOWS, CostCurve, measure, table
-from ..core.models import get_pair, release_pair
-from ..core.presets import DEFAULT_PRESET, get_preset
+from ..decoding.costcurve import WINDOWS, CostCurve, measure, table
 from ..errors import SpecVizError
+from ..pair import cpu
+from ..pair.models import get_pair, release_pair
+from ..pair.presets import DEFAULT_PRESET, get_preset
 
 
 @contextmanager

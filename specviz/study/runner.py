@@ -29,11 +29,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..core import cpu, lookup
-from ..core.lookup import LookupSettings
-from ..core.policies import ModeSpec, parse_modes
-from ..core.trace import Comparison
+from ..decoding import lookup
+from ..decoding.lookup import LookupSettings
+from ..decoding.policies import ModeSpec, parse_modes
+from ..decoding.trace import Comparison
 from ..errors import SpecVizError
+from ..pair import cpu
 from .hindsight import SavedRun
 from .records import ModeResult, PromptResult, RoundRecord
 from .report import (
@@ -220,7 +221,7 @@ def start_invocation(meta: Meta, invocation: dict[str, Any], torch_threads: int)
 def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     if value is None:
         return None
-    from ..core.presets import get_preset
+    from ..pair.presets import get_preset
 
     names = tuple(dict.fromkeys(p.strip() for p in value.split(",") if p.strip()))
     if not names:
@@ -441,8 +442,8 @@ def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens
     """Compute the prompts not done yet, one at a time, saving each as it finishes."""
     import torch
 
-    from ..core.models import get_pair, release_pair
-    from ..core.pipeline import compare_preset, make_request
+    from ..decoding.pipeline import compare_preset, make_request
+    from ..pair.models import get_pair, release_pair
     from .bench import _bench_limits, set_threads
 
     set_threads(threads)

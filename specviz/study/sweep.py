@@ -2,7 +2,7 @@
 
 In greedy decoding the answer is fixed (it is the target's), so a round that starts at position
 p ends at the first position where the draft's token differs from the answer. The engine feeds
-the draft so that its guess at a position depends on the text before it alone (engine.Drafter),
+the draft so that its guess at a position depends on the text before it alone (drafters.Drafter),
 so what the draft proposes along the answer (`DraftAlongReference`, from the oracle step) is
 what every policy's round sees there, and the rounds of any policy follow by bookkeeping alone:
 
@@ -15,7 +15,7 @@ what every policy's round sees there, and the rounds of any policy follow by boo
   that far, the draft's probabilities along the answer stand in for it. That only changes when
   a policy that stops on the draft's confidence stops after a rejection, never the target passes.
 
-A lookup draft (core/lookup.py) needs no table: its proposal at a position is a function of the
+A lookup draft (decoding/lookup.py) needs no table: its proposal at a position is a function of the
 prompt and the answer before it, so the replay recomputes it there (`replay_lookup_passes`), and
 everything it counts is exact. It makes no draft pass; a round it drafted nothing in is a plain
 pass, priced as one.
@@ -29,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..core.lookup import LookupSettings, drafted, propose
-from ..core.policies import CATCH_UP_ROWS, DraftStep, Dynamic, Policy, Static
-from ..core.trace import Comparison, DraftAlongReference
+from ..decoding.lookup import LookupSettings, drafted, propose
+from ..decoding.policies import DraftStep, Dynamic, Policy, Static
+from ..decoding.trace import Comparison, DraftAlongReference
+from ..pair.cpu import CATCH_UP_ROWS
 from .costs import PassCosts
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
@@ -90,7 +91,7 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
     seen = seen or Observations({}, {})
     end = len(reference)
     position = target_passes = draft_passes = 0
-    # The draft's cache, as engine.Drafter fills it: it holds the answer up to position `fed`
+    # The draft's cache, as drafters.Drafter fills it: it holds the answer up to position `fed`
     # (-1: the prompt but its last token), and the prompt is read in one call at its first start.
     fed, prefill_calls = -1, 1 if prompt_tokens > 1 else 0
     while position < end:
@@ -136,7 +137,7 @@ def replay_lookup_passes(policy: Policy, prompt_ids: list[int], reference: list[
                          max_new_tokens: int, eos_ids: Iterable[int] = ()) -> tuple[int, int]:
     """Target passes `policy` needs to produce `reference` with a lookup draft, and how many of
     them after the first checked no draft token (plain passes): each round's proposal recomputed
-    from the text before it, as engine.LookupDrafter makes it."""
+    from the text before it, as drafters.LookupDrafter makes it."""
     eos = frozenset(eos_ids)
     end = len(reference)
     position = target_passes = plain = 0

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
 
-from ..core import pipeline
-from ..core.lookup import LookupSettings
-from ..core.policies import DEFAULT_MODES
-from ..core.presets import PRESETS, get_preset
+from ..decoding import pipeline
+from ..decoding.lookup import LookupSettings
+from ..decoding.policies import DEFAULT_MODES
 from ..errors import SpecVizError
+from ..pair.presets import PRESETS, get_preset
 from .files import example_comparison, load_examples
 from .turns import RunSession, Turns
 

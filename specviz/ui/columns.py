@@ -10,13 +10,13 @@ import html
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..core.policies import POLICIES
-from ..core.trace import Comparison, Trace, drafting_view
+from ..decoding.policies import POLICIES
+from ..decoding.trace import Comparison, Trace, drafting_view
 from .render import metrics_html, render_trace
 from .turns import expected_seconds
 
 if TYPE_CHECKING:
-    from ..core.models import LoadState
+    from ..pair.models import LoadState
 
 # One column per policy, in the registry's order; the optional ones only when their checkbox is
 # ticked (or an imported run has them).
@@ -160,7 +160,7 @@ def load_status_html(state: LoadState, preset: str) -> str:
         # The message names the cause and the fix, and says to run again (the next Run retries).
         return status_html(f"The model pair {preset} could not be loaded. {state.step}", "error")
     if state.phase == "ready":
-        from ..core.models import pair_setup
+        from ..pair.models import pair_setup
 
         setup = pair_setup(preset)
         return status_html(f"Model pair {preset} ready (loaded in {state.elapsed_s():.1f} s)"

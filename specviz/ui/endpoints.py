@@ -11,9 +11,9 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from ..core.policies import DEFAULT_MODES
-from ..core.presets import DEFAULT_PRESET
+from ..decoding.policies import DEFAULT_MODES
 from ..errors import SpecVizError
+from ..pair.presets import DEFAULT_PRESET
 from . import api
 from .events import MODEL_LOCK, TURNS
 from .inputs import lookup_value

@@ -2,7 +2,7 @@
 or an imported file, step the replay, move the what-if slider, make the downloads.
 
 Each handler takes widget values and returns widget updates; model work goes through
-`specviz.core.pipeline`, and every piece of HTML comes from the escaping formatters in this
+`specviz.decoding.pipeline`, and every piece of HTML comes from the escaping formatters in this
 package. None of these events is in the public API (see `api.py`).
 """
 
@@ -18,14 +18,14 @@ import gradio as gr
 import pandas as pd
 
 from .. import settings
-from ..core import gpu
-from ..core.lookup import LookupSettings
-from ..core.models import LoadState, ModelLoadError, get_pair, load_state
-from ..core.pipeline import Limits, compare_preset, make_request
-from ..core.policies import format_modes
-from ..core.presets import DEFAULT_PRESET
-from ..core.trace import Trace
+from ..decoding.lookup import LookupSettings
+from ..decoding.pipeline import Limits, compare_preset, make_request
+from ..decoding.policies import format_modes
+from ..decoding.trace import Trace
 from ..errors import SpecVizError
+from ..pair import gpu
+from ..pair.models import LoadState, ModelLoadError, get_pair, load_state
+from ..pair.presets import DEFAULT_PRESET
 from ..study.analysis import measured_draft_cost_ratio, rule_rounds
 from ..study.sweep import can_replay, sweep
 from .columns import (

@@ -11,7 +11,7 @@ import textwrap
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..core.trace import Comparison
+from ..decoding.trace import Comparison
 from ..study.analysis import (
     RuleRound,
     auc,

@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.presets import BUILTIN_DEFAULT_PRESET
-from ..core.trace import Comparison
+from ..decoding.trace import Comparison
 from ..errors import SpecVizError
+from ..pair.presets import BUILTIN_DEFAULT_PRESET
 from .render import metrics_html, render_trace
 
 EXAMPLES_PATH = Path(__file__).resolve().parents[2] / "assets" / "examples.json"

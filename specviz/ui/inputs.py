@@ -11,8 +11,8 @@ import os
 from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
-from ..core.lookup import LookupSettings
-from ..core.policies import MAX_LOOKAHEAD, POLICIES, ModeSpec, Setting, format_modes
+from ..decoding.lookup import LookupSettings
+from ..decoding.policies import MAX_LOOKAHEAD, POLICIES, ModeSpec, Setting, format_modes
 from ..errors import SpecVizError
 
 DEFAULT_HOST = "127.0.0.1"

@@ -16,11 +16,11 @@ from types import SimpleNamespace
 import gradio as gr
 
 from .. import settings
-from ..core.lookup import MAX_NGRAM, MAX_TOKENS, LookupSettings
-from ..core.models import load_state
-from ..core.pipeline import Limits
-from ..core.policies import POLICIES
-from ..core.presets import DEFAULT_PRESET, PRESETS
+from ..decoding.lookup import MAX_NGRAM, MAX_TOKENS, LookupSettings
+from ..decoding.pipeline import Limits
+from ..decoding.policies import POLICIES
+from ..pair.models import load_state
+from ..pair.presets import DEFAULT_PRESET, PRESETS
 from . import endpoints
 from .columns import ALL_COLUMNS, EXTRA_COLUMNS, column_htmls, load_status_html, preset_info, status_html
 from .events import (

@@ -13,7 +13,7 @@ import re
 import plotly.graph_objects as go
 
 from ..colors import policy_color
-from ..core.trace import Comparison, Round, Trace
+from ..decoding.trace import Comparison, Round, Trace
 from ..study.analysis import RoundVerdict, trace_verdicts, verdict_counts
 from ..study.sweep import ReplayedPasses, Sweep, modeled_speedup
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import html
 
-from ..core.trace import Comparison, Pending, Round, Trace
+from ..decoding.trace import Comparison, Pending, Round, Trace
 
 # ---- CSS and legend ------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..core.trace import Round, Trace
+from ..decoding.trace import Round, Trace
 from ..errors import SpecVizError
 from ..study.analysis import rule_rounds
 from .render import PENDING_LOOK

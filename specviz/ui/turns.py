@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..core.models import LoadState, ModelPair, wait_for_pair
-from ..core.pipeline import Limits, Request, Update, prompt_ids_for, run_preset
-from ..core.presets import PRESETS
+from ..decoding.pipeline import Limits, Request, Update, prompt_ids_for, run_preset
+from ..pair.models import LoadState, ModelPair, wait_for_pair
+from ..pair.presets import PRESETS
 
 POLL_S = 0.5  # how often a waiting run asks for its turn (and a waiting page hears where it stands)
 STALE_S = 15.0  # a live run shows a sign of life several times a second

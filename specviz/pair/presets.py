@@ -2,7 +2,7 @@
 
 A preset says where its two models come from (bundled, the hub, or files set up once), about how
 much RAM the loaded pair takes, and how long a decoding run takes per token. Loading is
-core/weights.py's and core/models.py's job; this module is data, and needs no torch.
+pair/weights.py's and pair/models.py's job; this module is data, and needs no torch.
 """
 
 from __future__ import annotations

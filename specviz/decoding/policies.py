@@ -238,17 +238,13 @@ class Entropy(Policy):
         return f"entropy h={self.max_entropy:g}"
 
 
-# The most committed tokens a row-exact draft reads in one catch-up call (engine.Drafter): what
-# every row-exact draft set-up promises (cpu.ROW_SIZES's largest, the bundled int8 draft's
-# row-by-row products).
-CATCH_UP_ROWS = 32
 
 
 @dataclass(frozen=True)
 class PassPrices:
     """What a round costs on the machine at hand, in milliseconds: a draft call, the target's
     pass over a window of 1, 2, ... new tokens (`target_ms[w - 1]`; past the last, its slope), and,
-    for a draft that reads a round's backlog of committed tokens in one call (engine.Drafter), that
+    for a draft that reads a round's backlog of committed tokens in one call (drafters.Drafter), that
     call over 1, 2, ... tokens (`catch_up_ms`; empty: the draft reads them one call each)."""
 
     draft_call_ms: float
@@ -321,7 +317,7 @@ class CostAware(Policy):
 
     Prices (`PassPrices`, measured on the pair, fixed for the run): a draft call, the target's pass
     V(w) over w new tokens, and a row-exact draft's catch-up call over 1, 2, ... tokens. The draft
-    reads every committed token once, in its drafting or in a round's catch-up (engine.Drafter),
+    reads every committed token once, in its drafting or in a round's catch-up (drafters.Drafter),
     so a backlog left by plain rounds is paid when drafting resumes. A row-exact draft reads it in
     one call, and that call (`PassPrices.catch_up`) is what the clock pays for the round's first
     token, so it is that token's price. A draft that reads one call per token pays one call for
@@ -358,7 +354,7 @@ class CostAware(Policy):
         self.accepted_in_bin = [0] * self.BINS
         self.judged_in_bin = [0] * self.BINS
         self.tokens, self.time_ms = 0.0, 0.0  # the run so far, priced
-        self.fed = -1  # the last answer position the draft has read (engine.Drafter), -1: none
+        self.fed = -1  # the last answer position the draft has read (drafters.Drafter), -1: none
         self.position = 0
         self.plain_rounds = 0  # rounds in a row that drafted nothing
         self.alive = 1.0  # P(every token drafted so far this round is accepted)

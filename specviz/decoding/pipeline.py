@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 from .. import settings
 from ..errors import SpecVizError
-from . import gpu
+from ..pair import gpu
+from ..pair.models import ModelPair, encode_prompt, get_pair
 from .costcurve import pass_prices
-from .engine import Drafter, LookupDrafter, decode_target_only, speculate
+from .drafters import Drafter, LookupDrafter
+from .engine import decode_target_only, speculate
 from .lookup import LookupSettings
-from .models import ModelPair, encode_prompt, get_pair
 from .oracle import lookup_oracle_search, oracle_search
 from .policies import ModeSpec, Oracle, PassPrices, Policy, check_modes, make_policy, parse_modes
 from .trace import Baseline, Comparison, Round, Trace, first_difference

@@ -18,15 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .engine import CachedModel
-from .policies import CATCH_UP_ROWS, PassPrices
+from ..pair.cpu import CATCH_UP_ROWS
+from .drafters import CachedModel
+from .policies import PassPrices
 from .trace import Baseline, Trace
 
 if TYPE_CHECKING:
-    from .models import ModelPair
+    from ..pair.models import ModelPair
 
 WINDOWS = (1, 2, 4, 8, 12, 16, 20)
-DRAFT_WINDOWS = (1, 2, 4, 8, 16, 32)  # a row-exact draft's catch-up calls: up to engine.CATCH_UP_ROWS
+DRAFT_WINDOWS = (1, 2, 4, 8, 16, 32)  # a row-exact draft's catch-up calls: up to CATCH_UP_ROWS
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ class LivePrices:
                 (self.one_token if checked == 1 else self.window).append(ratio)
             if r.lookahead and r.draft_passes:  # a lookup draft's rounds make no draft call
                 # What the round's draft calls cost at the measured prices: its catch-up (one call
-                # or one per token, engine.Drafter) and a call per further draft token.
+                # or one per token, drafters.Drafter) and a call per further draft token.
                 expected = self.measured.catch_up(r.position - fed) + self.measured.draft_call_ms * (r.lookahead - 1)
                 if i > 0 and r.draft_s > r.draft_prefill_s:
                     self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / expected)

@@ -4,7 +4,7 @@ Given the target's greedy continuation (the reference), the ideal lookahead at a
 how many draft tokens in a row the target would accept from there.
 
 The engine feeds the draft so that its guess at a position is a function of the text before
-it alone (engine.Drafter). So one pass of the draft along the reference, one token per call,
+it alone (drafters.Drafter). So one pass of the draft along the reference, one token per call,
 gives the guess every policy's round will see at every answer position, whatever its round
 structure: the ideal line (`run_lengths`) is exactly what the policies meet (a round starting
 at p accepts min(its lookahead, ideal[p]) tokens), the oracle that drafts ideal[p] tokens at p
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from .engine import Drafter, Sampler, describe
+from .drafters import Drafter, Sampler, describe
 from .lookup import LookupSettings, propose
 from .policies import Oracle
 from .trace import DraftAlongReference
 
 if TYPE_CHECKING:
-    from .models import ModelPair
+    from ..pair.models import ModelPair
 
 T = TypeVar("T")
 PROGRESS_EVERY = 8  # answer positions between progress reports
