@@ -37,7 +37,7 @@ ORACLE_SAMPLED_NOTE = ("not run: the oracle is a greedy idea (it drafts exactly 
 def active_columns(adaptive: bool = False, entropy: bool = False, costaware: bool = False) -> list[str]:
     """The columns a run with these checkboxes fills."""
     ticked = {"adaptive": adaptive, "entropy": entropy, "costaware": costaware}
-    return POLICY_COLUMNS + [policy for policy in EXTRA_COLUMNS if ticked[policy]]
+    return POLICY_COLUMNS + [policy for policy in EXTRA_COLUMNS if ticked.get(policy)]
 
 
 def column_title_html(policy: str, label: str | None = None) -> str:
