@@ -159,8 +159,9 @@ def _extra_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
     from .study.bench import register_commands
     from .study.passcosts import register_commands as register_pass_costs
     from .study.runner import register_commands as register_study
+    from .study.variants import register_commands as register_variants
 
-    return [register_commands, register_study, register_pass_costs]
+    return [register_commands, register_study, register_pass_costs, register_variants]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -338,7 +338,7 @@ class CostAware(Policy):
     row can cost a whole pass, the rows after it little, so one more token may not pay where eight
     would). Rules that plan the whole window from the round's start were tried on the kept
     comparisons and rejected: docs/HISTORY.md, "The cost-aware rule: variants tried and rejected";
-    scripts/whatif_costaware.py replays every variant.
+    `python -m specviz costaware-variants` (study/variants.py) replays every variant.
 
     Every decision depends only on probabilities, verdicts and the prices, so the what-if replay
     reproduces the rule exactly, given the same prices. Each is kept in `decisions`, per round.

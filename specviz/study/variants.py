@@ -7,8 +7,8 @@ Prints, per study, pair and suite: the variant's modeled speedup over target-onl
 (replayed), the slowest prompt (the 5% guard of issue 29) and on how many prompts the variant's
 passes equal the recorded rule's. A few seconds per variant; docs/BENCHMARKS.md quotes it.
 
-    python scripts/whatif_costaware.py                        # every variant
-    python scripts/whatif_costaware.py shipped hindsight      # some of them
+    python -m specviz costaware-variants                      # every variant
+    python -m specviz costaware-variants shipped hindsight    # some of them
 
 The variants besides `shipped` were rejected (docs/BENCHMARKS.md says why); they are kept here so
 the figures can be re-made and the next idea tried against the same bar.
@@ -19,19 +19,17 @@ from __future__ import annotations
 import argparse
 import collections
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specviz.decoding.policies import CostAware, DraftStep, Dynamic, PassPrices, Policy
-from specviz.decoding.trace import Comparison
-from specviz.study.costs import PassCosts
-from specviz.study.records import PromptResult
-from specviz.study.runner import ResultStore, saved_runs
-from specviz.study.sweep import Observations, observations, replay_passes
+from ..decoding.policies import CostAware, DraftStep, Dynamic, PassPrices, Policy
+from ..decoding.trace import Comparison
+from ..errors import SpecVizError
+from .costs import PassCosts
+from .records import PromptResult
+from .runner import ResultStore, saved_runs
+from .sweep import Observations, observations, replay_passes
 
 STUDIES = ("study-bundled-costaware", "study-bundled-zen4", "study-xeon", "study-zen4-int4")
 GUARD = 0.95  # issue 29: never more than 5% slower than target-only on a prompt
@@ -270,18 +268,19 @@ def report(suites: Sequence[Suite], name: str) -> None:
               f"{slowest[0]:.3f}x {slowest[1]:<15}{same}/{len(s.prompts)}{marks}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("variants", nargs="*", help=f"which of {', '.join(VARIANTS)} to replay (default: all)")
-    parser.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs")
-    args = parser.parse_args()
+def cmd_variants(args: argparse.Namespace) -> int:
     unknown = [name for name in args.variants if name not in VARIANTS]
     if unknown:
-        parser.error(f"unknown variant {unknown[0]!r}: choose from {', '.join(VARIANTS)}")
-    suites = load(args.docs)
+        raise SpecVizError(f"unknown variant {unknown[0]!r}: choose from {', '.join(VARIANTS)}")
+    suites = load(Path(args.docs))
     for name in args.variants or VARIANTS:
         report(suites, name)
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+def register_commands(commands: argparse._SubParsersAction) -> None:
+    v = commands.add_parser("costaware-variants", help="replay the cost-aware rule's variants on the studies' "
+                                                       "kept comparisons (no models run)")
+    v.add_argument("variants", nargs="*", help=f"which of {', '.join(VARIANTS)} to replay (default: all)")
+    v.add_argument("--docs", default="docs", help="the folder holding the study folders (default docs)")
+    v.set_defaults(run=cmd_variants)
