@@ -59,7 +59,8 @@ def _lookahead(value: object, what: str) -> int:
 
 def setting_value(value: object, setting: Setting) -> int | float:
     """A page widget's value for a policy setting, checked against the registry's bounds."""
-    what = (setting.label or setting.key).capitalize()
+    name = setting.label or setting.key
+    what = name[0].upper() + name[1:] if setting.whole else f"The {name}"  # "Static k", "The dynamic threshold"
     number = _whole(value, what) if setting.whole else _number(value, what)
     if setting.high is None and number < setting.low:
         raise SpecVizError(f"{what} must be {setting.low:g} or more, got {number:g}.")
