@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from ..decoding.lookup import LookupSettings
-from ..decoding.policies import MAX_LOOKAHEAD, POLICIES, ModeSpec, Setting, format_modes
+from ..decoding.policies import POLICIES, ModeSpec, Setting, format_modes
 from ..errors import SpecVizError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -48,13 +48,6 @@ def _whole(value: object, what: str) -> int:
 
 def _number(value: object, what: str) -> float:
     return _finite(value, what)
-
-
-def _lookahead(value: object, what: str) -> int:
-    k = _whole(value, what)
-    if not 1 <= k <= MAX_LOOKAHEAD:
-        raise SpecVizError(f"{what} must be between 1 and {MAX_LOOKAHEAD}, got {k}.")
-    return k
 
 
 def setting_value(value: object, setting: Setting) -> int | float:
