@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import noisy_copy, tiny_llama
 
-from specviz.decoding.costcurve import CostCurve, LivePrices, measure, table
+from specviz.decoding.costcurve import TIMED_ENOUGH, CostCurve, LivePrices, measure, table
 from specviz.decoding.engine import decode_target_only, generate, target_only
 from specviz.decoding.policies import Dynamic, Heuristic, PassPrices, Static
 from specviz.decoding.trace import Baseline, Round, Trace
@@ -310,6 +310,19 @@ def test_live_prices_scale_the_measured_curve_by_what_runs_timed():
     # target-only decoding: its passes after the first
     prices.record(Baseline(token_ids=[7] * 11, wall_s=1.2, stop_reason="max_new_tokens", prefill_s=0.2))
     assert prices.current().target_ms[0] == pytest.approx(75.0)  # the median of 0.5 and 1.0
+
+
+def test_a_window_the_runs_checked_often_is_priced_by_its_own_timings():
+    """A spike in the load-time curve (a pass over 2 tokens timed at 180 ms, where runs pay 110)
+    is priced away once the runs have checked that window often enough; a window they have
+    checked less often keeps the curve's shape, scaled by the median over all windows."""
+    prices = LivePrices(PassPrices(10.0, (100.0, 180.0, 200.0, 220.0)))
+    rounds = [_timed_round(0, 1, 0.0, 0.5)]  # the prompt's prefill: ignored
+    rounds += [_timed_round(i, 1, 0.01, 0.110) for i in range(1, TIMED_ENOUGH + 1)]  # windows of 2 at 110 ms
+    rounds += [_timed_round(TIMED_ENOUGH + 1, 3, 0.03, 0.198)]  # one window of 4: 0.9x the curve's 220 ms
+    prices.record(Trace("costaware", "cost-aware", {}, [7] * 20, rounds, 1.0, "max_new_tokens"))
+    scale = 110.0 / 180.0  # the median over all windows' timed / measured: eight of them at 110 / 180
+    assert prices.current().target_ms == pytest.approx((100.0, 110.0, 200.0 * scale, 220.0 * scale))
 
 
 def test_live_prices_never_price_a_window_below_one_token():

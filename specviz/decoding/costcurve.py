@@ -152,6 +152,7 @@ def table(curve: CostCurve) -> list[str]:
 
 
 RECENT = 400  # timed calls each scale is the median of: the pair's last few runs
+TIMED_ENOUGH = 8  # timed passes over one window before that window is priced by its own
 
 
 def _recent() -> deque[float]:
@@ -164,8 +165,11 @@ class LivePrices:
     by what the pair's own runs have timed since (the median of timed / measured over its recent
     calls): the draft's call, the target's one-token pass, and its pass over a window. A curve
     measured in a few seconds at load can be off by a noisy moment, and a shared machine gets
-    busier or quieter; the runs see every pass. The load-time curve keeps the shape (how a pass
-    grows with its window), which a run's few window sizes cannot give.
+    busier or quieter; the runs see every pass. A window the runs have checked often enough
+    (`TIMED_ENOUGH` passes) is priced at its own timed median: one noisy window in the load-time
+    curve (seen: a pass over 2 tokens timed at 1.8 one-token passes, where the runs then paid 1.1)
+    would otherwise price every round's second token for the pair's whole session. Windows the
+    runs have not checked keep the load-time curve's shape, scaled by the median over all windows.
 
     A run takes the prices as they stand when it starts and keeps them for its whole run
     (recorded in its trace), so that its decisions, and the replay of them, depend on its own
@@ -175,6 +179,7 @@ class LivePrices:
     draft_call: deque[float] = field(default_factory=_recent)  # timed / measured, per call
     one_token: deque[float] = field(default_factory=_recent)  # per one-token target pass
     window: deque[float] = field(default_factory=_recent)  # per target pass over 2 or more tokens
+    by_window: dict[int, deque[float]] = field(default_factory=dict)  # the same, kept per window
 
     def record(self, run: Trace | Baseline) -> None:
         """Learn from a finished run's timings. A run's first round is left out: its passes
@@ -189,7 +194,11 @@ class LivePrices:
             if i > 0:
                 checked = r.lookahead + 1
                 ratio = r.verify_s * 1000 / self.measured.verify_ms(checked)
-                (self.one_token if checked == 1 else self.window).append(ratio)
+                if checked == 1:
+                    self.one_token.append(ratio)
+                else:
+                    self.window.append(ratio)
+                    self.by_window.setdefault(checked, _recent()).append(ratio)
             if r.lookahead and r.draft_passes:  # a lookup draft's rounds make no draft call
                 # What the round's draft calls cost at the measured prices: its catch-up (one call
                 # or one per token, drafters.Drafter) and a call per further draft token.
@@ -202,8 +211,12 @@ class LivePrices:
         def scale(timed: deque[float]) -> float:
             return statistics.median(timed) if timed else 1.0
 
+        def window_scale(window: int) -> float:
+            timed = self.by_window.get(window, ())
+            return statistics.median(timed) if len(timed) >= TIMED_ENOUGH else scale(self.window)
+
         one = self.measured.target_ms[0] * scale(self.one_token)
-        windows = tuple(max(one, ms * scale(self.window)) for ms in self.measured.target_ms[1:])
+        windows = tuple(max(one, ms * window_scale(w)) for w, ms in enumerate(self.measured.target_ms[1:], start=2))
         draft = scale(self.draft_call)
         return PassPrices(self.measured.draft_call_ms * draft, (one, *windows),
                           tuple(ms * draft for ms in self.measured.catch_up_ms))
