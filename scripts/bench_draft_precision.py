@@ -28,7 +28,7 @@ from specviz.decoding.trace import Comparison
 from specviz.pair.models import bf16_draft, get_pair, warm_up
 from specviz.pair.presets import REAL_PAIR_PRESET
 from specviz.study.bench import _bench_limits, peak_rss_mb, read_suite
-from specviz.study.costs import PassCosts
+from specviz.study.costs import StudyPassCosts
 from specviz.study.runner import DEFAULT_SUITES
 
 MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
@@ -65,7 +65,7 @@ def main() -> None:
         for precision, pair in drafts.items():
             c = compare(pair, request, limits)
             guesses.append(c.draft_along_reference.tokens)
-            costs = PassCosts.from_comparison(c)
+            costs = StudyPassCosts.from_comparison(c)
             rows[precision].append({
                 "agreement": agreement(c),
                 "draft_call_ms": costs.draft_call_s * 1000,

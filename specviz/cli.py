@@ -16,7 +16,7 @@ from pathlib import Path
 from . import settings
 from .decoding import lookup
 from .decoding.pipeline import Limits, compare, make_request
-from .decoding.policies import DEFAULT_MODES, MAX_MODES
+from .decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
 from .decoding.trace import Comparison
 from .errors import SpecVizError
 from .pair.models import ModelLoadError, get_pair
@@ -123,9 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--modes", default=DEFAULT_MODES,
-                   help=f"comma-separated: static:K, heuristic:K0, dynamic:THRESHOLD[:MAX], oracle, "
-                        f"adaptive:T0[:MAX], entropy:H[:MAX], costaware[:MAX]; at most {MAX_MODES}, each once, as in the app and "
-                        f"its API (default {DEFAULT_MODES})")
+                   help=f"comma-separated: {mode_grammar()}; at most {MAX_MODES}, each once, settings left out at "
+                        f"their defaults, as in the app and its API (default {DEFAULT_MODES})")
     lookup.add_arguments(c)
     c.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     c.add_argument("--seed", type=int, default=None, help="seed for sampling")

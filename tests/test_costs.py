@@ -8,7 +8,7 @@ import math
 import pytest
 
 from specviz.decoding.trace import Baseline, Comparison, Round, Trace
-from specviz.study.costs import PassCosts, PolicyRun, TargetOnlyRun, draft_prefill_calls
+from specviz.study.costs import PolicyRun, StudyPassCosts, TargetOnlyRun, draft_prefill_calls
 
 PROMPT_TOKENS = 8
 
@@ -40,7 +40,7 @@ def timed_comparison(prefill: bool = True) -> Comparison:
 
 
 def test_the_prefill_is_priced_apart_from_the_per_token_passes():
-    costs = PassCosts.from_comparison(timed_comparison())
+    costs = StudyPassCosts.from_comparison(timed_comparison())
     assert costs.prefill_apart
     assert costs.draft_call_s == pytest.approx(0.02)  # 15 one-token calls; the two 0.5 s prefills left out
     assert costs.draft_prefill_s == pytest.approx(0.5)
@@ -50,7 +50,7 @@ def test_the_prefill_is_priced_apart_from_the_per_token_passes():
 
 
 def test_the_prefill_is_counted_once_per_prompt_not_per_draft_call():
-    costs = PassCosts.from_comparison(timed_comparison())
+    costs = StudyPassCosts.from_comparison(timed_comparison())
     # draft passes count the prefill call: 40 = the prefill + 39 one-token calls
     assert costs.modeled_time(10, 40, PROMPT_TOKENS) == pytest.approx(0.45 + 9 * 0.05 + 0.5 + 39 * 0.02)
     # twice the draft calls cost twice the calls, not a second prefill
@@ -63,14 +63,14 @@ def test_the_prefill_is_counted_once_per_prompt_not_per_draft_call():
 
 
 def test_target_only_modeled_time_reads_the_prompt_once():
-    costs = PassCosts.from_comparison(timed_comparison())
+    costs = StudyPassCosts.from_comparison(timed_comparison())
     assert costs.target_only_modeled_time(10) == pytest.approx(1.3)  # one run: its measured wall time back
     assert costs.target_only_modeled_time(30) == pytest.approx(0.4 + 29 * 0.1)
     assert costs.target_only_modeled_time(0) == 0.0
 
 
 def test_older_runs_fall_back_to_pooled_per_pass_costs():
-    costs = PassCosts.from_comparison(timed_comparison(prefill=False))
+    costs = StudyPassCosts.from_comparison(timed_comparison(prefill=False))
     assert not costs.prefill_apart
     # total time over total passes, the prefills inside: 1.30 s over 17 draft passes, 1.05 s over 5
     assert costs.draft_call_s == pytest.approx(1.30 / 17) and costs.verify_s == pytest.approx(1.05 / 5)
@@ -83,14 +83,14 @@ def test_older_runs_fall_back_to_pooled_per_pass_costs():
 def test_a_mix_of_timed_and_untimed_runs_is_priced_pooled():
     timed = PolicyRun(3, 0.55, 0.45, 10, 0.7, 0.5, 1)
     untimed = PolicyRun(3, 0.55, None, 10, 0.7, None, 1)
-    assert PassCosts.pooled([TargetOnlyRun(1.3, 10, 0.4)], [timed]).prefill_apart
-    assert not PassCosts.pooled([TargetOnlyRun(1.3, 10, 0.4)], [timed, untimed]).prefill_apart
-    assert not PassCosts.pooled([TargetOnlyRun(1.3, 10, None)], [timed]).prefill_apart
-    assert not PassCosts.pooled([], []).prefill_apart
+    assert StudyPassCosts.pooled([TargetOnlyRun(1.3, 10, 0.4)], [timed]).prefill_apart
+    assert not StudyPassCosts.pooled([TargetOnlyRun(1.3, 10, 0.4)], [timed, untimed]).prefill_apart
+    assert not StudyPassCosts.pooled([TargetOnlyRun(1.3, 10, None)], [timed]).prefill_apart
+    assert not StudyPassCosts.pooled([], []).prefill_apart
 
 
 def test_a_cheaper_draft_scales_its_calls_and_its_prefill_alike():
-    measured = PassCosts.from_comparison(timed_comparison())
+    measured = StudyPassCosts.from_comparison(timed_comparison())
     cheap = measured.with_draft_ratio(0.1)
     assert cheap.draft_call_s == pytest.approx(0.005)  # 0.1 of a 0.05 s verification pass
     assert cheap.draft_prefill_s == pytest.approx(0.5 * 0.005 / 0.02)  # a quarter of its call, a quarter of its prefill
@@ -108,7 +108,7 @@ def test_a_cheaper_draft_scales_its_calls_and_its_prefill_alike():
 
 
 def test_a_draft_ratio_with_no_draft_call_measured():
-    costs = PassCosts.pooled([TargetOnlyRun(1.3, 10, 0.4)], [PolicyRun(3, 0.55, 0.45, 0, 0.0, 0.0, 0)])
+    costs = StudyPassCosts.pooled([TargetOnlyRun(1.3, 10, 0.4)], [PolicyRun(3, 0.55, 0.45, 0, 0.0, 0.0, 0)])
     assert costs.draft_call_s == 0.0 and costs.draft_ratio is None and costs.draft_to_token_pass is None
     set_by_hand = costs.with_draft_ratio(0.2)
     assert set_by_hand.draft_call_s == pytest.approx(0.2 * 0.05)
@@ -125,7 +125,7 @@ def test_a_round_that_drafted_nothing_is_priced_as_a_one_token_pass():
     plain += [drafting_round(i, 0, verify_s=0.1) for i in range(2, 6)]
     comparison.traces = [Trace(policy="costaware", label="cost-aware", params={}, token_ids=[1] * 6, rounds=plain,
                                wall_s=1.0, stop_reason="eos")]
-    costs = PassCosts.from_comparison(comparison)
+    costs = StudyPassCosts.from_comparison(comparison)
     assert costs.verify_s == pytest.approx(0.3) and costs.target_token_s == pytest.approx(0.1)
     # six passes, four of them plain: the first, one at verify_s, four at the one-token price
     assert costs.modeled_time(6, 5, PROMPT_TOKENS, plain=4) == pytest.approx(0.45 + 0.3 + 4 * 0.1 + 0.5 + 4 * 0.02)

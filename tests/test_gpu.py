@@ -148,7 +148,7 @@ def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(tmp_pat
     hooks = [model.register_forward_pre_hook(lambda *_: calls.append(gpu.inside_gpu_work()))
              for model in (pair.target, pair.draft)]
     try:
-        app_run = list(events.run("Say hi.", DEFAULT_PRESET, 8, 3, 3, 0.4, 8))
+        app_run = list(events.run(None, "Say hi.", DEFAULT_PRESET, 8, 0, None, "model", 2, 10, 3, 3, 0.4, 8))
         assert "done" in app_run[-1][0], app_run[-1][0]
         app_calls = len(calls)
         assert app_calls > 0

@@ -13,7 +13,7 @@ from specviz.decoding.drafters import LookupDrafter
 from specviz.decoding.engine import generate, target_only
 from specviz.decoding.lookup import LookupSettings, propose
 from specviz.decoding.oracle import fewest_rounds, finish, lookup_oracle_search
-from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
+from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassCosts, Static
 from specviz.errors import SpecVizError
 
 DEFAULT = LookupSettings()
@@ -266,7 +266,7 @@ def replay_policies():
 
     return [Static(1), Static(4), Static(10), Heuristic(2), Heuristic(5), Dynamic(0.3, max_tokens=20),
             Dynamic(0.7, max_tokens=20), Adaptive(0.4), Entropy(0.5, max_tokens=20),
-            CostAware(PassPrices(LOOKUP_STEP_MS, (10.0, 11.0, 12.0)))]
+            CostAware(PassCosts(LOOKUP_STEP_MS, (10.0, 11.0, 12.0)))]
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

@@ -13,7 +13,7 @@ from specviz.decoding.policies import (
     Heuristic,
     ModeSpec,
     Oracle,
-    PassPrices,
+    PassCosts,
     Static,
     make_policy,
     parse_modes,
@@ -209,12 +209,12 @@ def run_rounds(policy, rounds: list[tuple[list[float], int]]) -> list[int]:
 
 def test_cost_aware_drafts_nothing_when_a_draft_call_costs_a_target_pass():
     """A bundled copy draft: its call costs what the target's does. Plain decoding is best."""
-    prices = PassPrices(draft_call_ms=100.0, target_ms=(100.0, 103.0, 106.0))
+    prices = PassCosts(draft_call_ms=100.0, target_ms=(100.0, 103.0, 106.0))
     assert run_rounds(CostAware(prices), [([0.99] * 20, 20)] * 6) == [0] * 6
 
 
 def test_cost_aware_drafts_to_its_cap_when_verification_is_free_and_the_draft_always_right():
-    prices = PassPrices(draft_call_ms=1.0, target_ms=(100.0,) * 21)
+    prices = PassCosts(draft_call_ms=1.0, target_ms=(100.0,) * 21)
     assert run_rounds(CostAware(prices, max_tokens=12), [([0.99] * 30, 30)] * 5) == [12] * 5
 
 
@@ -223,8 +223,8 @@ def test_cost_aware_drafts_short_where_a_window_costs_more_and_long_where_it_is_
     4 costs 1.9 passes) and on the bf16 one (flat): it drafts fewer tokens per round on the first."""
     probs = [0.9, 0.85, 0.9, 0.8, 0.9, 0.85, 0.9, 0.8] * 3
     rounds = [(probs, 3), (probs, 5), (probs, 2), (probs, 6)] * 4
-    fp32 = PassPrices(81.0, (236.0, 244.0, 350.0, 456.0, 500.0, 540.0, 580.0, 622.0))
-    bf16 = PassPrices(61.0, (168.0, 168.0, 169.0, 171.0, 172.0, 173.0, 174.0, 175.0))
+    fp32 = PassCosts(81.0, (236.0, 244.0, 350.0, 456.0, 500.0, 540.0, 580.0, 622.0))
+    bf16 = PassCosts(61.0, (168.0, 168.0, 169.0, 171.0, 172.0, 173.0, 174.0, 175.0))
     short, long = run_rounds(CostAware(fp32), rounds), run_rounds(CostAware(bf16), rounds)
     assert sum(short) < sum(long) and max(short) <= 3 < max(long), (short, long)
 
@@ -232,7 +232,7 @@ def test_cost_aware_drafts_short_where_a_window_costs_more_and_long_where_it_is_
 def test_cost_aware_comes_back_to_drafting_after_an_unlucky_start():
     """Plain rounds bring no verdicts: early rejections must not keep the rule plain for good (they
     did, on the real pair, with the draft's catch-up charged to the first token and no optimism)."""
-    bf16 = PassPrices(61.0, (168.0, 168.0, 169.0, 171.0, 172.0, 173.0, 174.0, 175.0))
+    bf16 = PassCosts(61.0, (168.0, 168.0, 169.0, 171.0, 172.0, 173.0, 174.0, 175.0))
     probs = [0.9] * 20
     drafted = run_rounds(CostAware(bf16), [(probs, 0)] * 10 + [(probs, 6)] * 30)
     assert 0 in drafted[:12], drafted  # the unlucky start made it stop ...
@@ -242,7 +242,7 @@ def test_cost_aware_comes_back_to_drafting_after_an_unlucky_start():
 def test_cost_aware_never_lowers_its_bar_below_plain_decoding():
     """Bad rounds drag the run's rate below plain decoding's; plain decoding is still to be had, so
     the bar a token must clear stays at its rate (else each bad round would excuse the next)."""
-    policy = CostAware(PassPrices(40.0, (100.0, 150.0, 152.0, 154.0)))
+    policy = CostAware(PassCosts(40.0, (100.0, 150.0, 152.0, 154.0)))
     for position in range(0, 8, 2):  # rounds that drafted three tokens and kept none
         policy.start_round(position)
         policy.end_round(3, 0, [0.95] * 3)
@@ -251,7 +251,7 @@ def test_cost_aware_never_lowers_its_bar_below_plain_decoding():
 
 
 def test_cost_aware_learns_its_draft_calibration_from_the_verdicts():
-    policy = CostAware(PassPrices(10.0, (100.0,) * 8))
+    policy = CostAware(PassCosts(10.0, (100.0,) * 8))
     before = policy.acceptance(0.95)
     run_rounds(policy, [([0.95, 0.95, 0.95, 0.95], 0)] * 8)  # confident, and always wrong
     assert policy.acceptance(0.95) < before / 2
@@ -267,18 +267,18 @@ def test_cost_aware_modes_parse_and_need_prices():
         parse_modes("costaware,costaware:20")
     with pytest.raises(SpecVizError, match="pass prices"):
         make_policy(spec)
-    policy = make_policy(spec, prices=PassPrices(5.0, (10.0, 11.0)))
+    policy = make_policy(spec, prices=PassCosts(5.0, (10.0, 11.0)))
     assert policy.label == "cost-aware" and policy.params["prices"] == {"draft_call_ms": 5.0,
                                                                          "target_ms": [10.0, 11.0]}
-    assert PassPrices(5.0, (10.0, 11.0)).verify_ms(4) == 13.0  # past the last window: its slope
+    assert PassCosts(5.0, (10.0, 11.0)).verify_ms(4) == 13.0  # past the last window: its slope
 
 
 def test_a_catch_up_costs_one_call_per_token_or_the_measured_call_over_the_backlog():
-    apart = PassPrices(10.0, (100.0,))
-    together = PassPrices(10.0, (100.0,), catch_up_ms=(10.0, 12.0, 14.0))
+    apart = PassCosts(10.0, (100.0,))
+    together = PassCosts(10.0, (100.0,), catch_up_ms=(10.0, 12.0, 14.0))
     assert [apart.catch_up(n) for n in (1, 3, 7)] == [10.0, 30.0, 70.0]
     assert [together.catch_up(n) for n in (1, 3, 7)] == [10.0, 14.0, 14.0 + 14.0 + 10.0]  # calls of at most 3
-    assert PassPrices.from_dict(together.to_dict()) == together
+    assert PassCosts.from_dict(together.to_dict()) == together
     assert "catch_up_ms" not in apart.to_dict()  # as recorded before catch-up in one call existed
 
 
@@ -286,8 +286,8 @@ def test_cost_aware_prices_a_plain_stretch_by_the_draft_s_catch_up():
     """After plain rounds the draft reads what it missed: the rule's run time counts it as the
     draft reads it, so a row-exact draft's plain stretch costs it less."""
     runs = {}
-    for name, prices in (("apart", PassPrices(10.0, (100.0, 110.0, 120.0))),
-                         ("together", PassPrices(10.0, (100.0, 110.0, 120.0), catch_up_ms=(10.0,) + (12.0,) * 31))):
+    for name, prices in (("apart", PassCosts(10.0, (100.0, 110.0, 120.0))),
+                         ("together", PassCosts(10.0, (100.0, 110.0, 120.0), catch_up_ms=(10.0,) + (12.0,) * 31))):
         policy = CostAware(prices)
         policy.start_round(0)
         policy.end_round(2, 2, [0.9, 0.9])  # drafted 2, kept both: position 3, the draft fed up to 1
@@ -309,7 +309,7 @@ def test_the_registry_holds_each_policy_once_and_every_reader_agrees_with_it():
     from specviz.decoding.policies import DEFAULT_MODES, POLICIES, format_modes, mode_label
     from specviz.ui.columns import ALL_COLUMNS, EXTRA_COLUMNS
 
-    prices = PassPrices(draft_call_ms=5.0, target_ms=(20.0,))
+    prices = PassCosts(draft_call_ms=5.0, target_ms=(20.0,))
     for name, kind in POLICIES.items():
         spec = ModeSpec.of(name)
         assert spec.params == kind.defaults()

@@ -21,15 +21,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 GOOD = {"prompt": "Name a fruit.", "preset": "smollm2-135m-int8", "max_new_tokens": 8, "static_k": 5,
-        "heuristic_k": 5, "threshold": 0.4, "dynamic_max": 20}
+        "heuristic_k": 5, "dynamic_threshold": 0.4, "dynamic_max": 20}
 
 
 def run_app(**overrides) -> tuple:
-    """The last output of events.run for GOOD with `overrides`: (status html, column htmls)."""
+    """The last output of events.run for GOOD with `overrides` (a settings widget by its page id,
+    "static_k" for #static-k): (status html, column htmls)."""
+    from specviz.decoding.lookup import LookupSettings
     from specviz.ui import events
+    from specviz.ui.inputs import PAGE_WIDGETS
 
+    given = {**GOOD, **overrides}
+    settings = [given.get(w.elem_id.replace("-", "_"), w.setting.default if w.setting else False)
+                for w in PAGE_WIDGETS]
     outputs = None
-    for outputs in events.run(**{**GOOD, **overrides}):
+    for outputs in events.run(None, given["prompt"], given["preset"], given["max_new_tokens"], 0, None, "model",
+                              LookupSettings.max_ngram, LookupSettings.max_tokens, *settings):
         pass
     assert outputs is not None
     status = outputs[0]
@@ -89,9 +96,9 @@ def answer_text(column_html: str) -> str:
     ({"max_new_tokens": 7.5}, "Max new tokens must be a whole number"),
     ({"max_new_tokens": float("nan")}, "Max new tokens must be a whole number"),
     ({"max_new_tokens": None}, "Max new tokens is empty: enter a whole number"),
-    ({"threshold": -0.1}, "dynamic threshold must be between 0 and 1"),
-    ({"threshold": 1.5}, "dynamic threshold must be between 0 and 1"),
-    ({"threshold": float("inf")}, "dynamic threshold must be a number"),
+    ({"dynamic_threshold": -0.1}, "dynamic threshold must be between 0 and 1"),
+    ({"dynamic_threshold": 1.5}, "dynamic threshold must be between 0 and 1"),
+    ({"dynamic_threshold": float("inf")}, "dynamic threshold must be a number"),
     ({"static_k": 0}, "Static k must be between 1 and"),
     ({"static_k": 1000}, "Static k must be between 1 and"),
     ({"heuristic_k": 0}, "Heuristic starting k must be between 1 and"),

@@ -4,10 +4,10 @@ import pytest
 
 from specviz.decoding.engine import generate, target_only
 from specviz.decoding.oracle import draft_along, finish
-from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassPrices, Static
+from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassCosts, Static
 from specviz.decoding.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
 from specviz.study.analysis import rule_rounds
-from specviz.study.costs import PassCosts
+from specviz.study.costs import StudyPassCosts
 from specviz.study.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -107,14 +107,14 @@ def test_replayed_times_price_the_prompt_prefill_once():
     cheap = sweep(comparison, draft_ratio=0.1)
     assert cheap.cost_modeled and cheap.costs.draft_call_s == pytest.approx(0.01)
     assert cheap.costs.draft_prefill_s == pytest.approx(0.5)
-    assert cheap.measured_costs == PassCosts.from_comparison(comparison)
+    assert cheap.measured_costs == StudyPassCosts.from_comparison(comparison)
     k4 = cheap.static[3]
     assert k4.estimated_s == pytest.approx(0.6 + 0.1 + 0.5 + 5 * 0.01)
 
 
-@pytest.mark.parametrize("prices", [PassPrices(2.0, tuple(10.0 + 0.1 * w for w in range(21))),
-                                    PassPrices(6.0, (10.0, 10.3, 14.0, 19.0, 21.0, 23.0)),
-                                    PassPrices(10.0, (10.0, 10.3, 10.6))])
+@pytest.mark.parametrize("prices", [PassCosts(2.0, tuple(10.0 + 0.1 * w for w in range(21))),
+                                    PassCosts(6.0, (10.0, 10.3, 14.0, 19.0, 21.0, 23.0)),
+                                    PassCosts(10.0, (10.0, 10.3, 10.6))])
 def test_the_cost_aware_rule_is_replayed_exactly_given_the_same_prices(tiny_pair, prices):
     """Its decisions depend on probabilities, verdicts and prices only: a replay along the run's answer
     gives its target and draft passes to the pass, on cheap, steep and useless drafts alike; and it

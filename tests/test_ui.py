@@ -20,7 +20,15 @@ from specviz.ui.columns import (
     status_html,
 )
 from specviz.ui.files import load_examples
-from specviz.ui.inputs import DEFAULT_HOST, DEFAULT_PORT, max_new_tokens_value, modes_string, server_options
+from specviz.ui.inputs import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    PAGE_WIDGETS,
+    max_new_tokens_value,
+    modes_string,
+    server_options,
+    ticked_columns,
+)
 
 # ---- fixtures ------------------------------------------------------------------------------
 
@@ -193,31 +201,52 @@ def test_server_options_bad_port():
 
 # ---- explorer: extra columns, sampling, replay, import ---------------------------------------
 
-from specviz.decoding.policies import CostAware, DraftStep, PassPrices
+from specviz.decoding.policies import CostAware, DraftStep, PassCosts
 from specviz.ui.columns import ORACLE_SAMPLED_NOTE, active_columns
 from specviz.ui.files import comparison_from_text, load_comparison_file
 from specviz.ui.inputs import seed_value, temperature_value
 from specviz.ui.replay import replay_html, replay_step, stop_reason
 
 
+def widgets(**optional: float) -> list[object]:
+    """The page's settings widgets' values at their defaults, with the named optional columns
+    ticked and their first setting at the given value."""
+    values: list[object] = []
+    for widget in PAGE_WIDGETS:
+        if widget.setting is None:
+            values.append(widget.policy in optional)
+        elif widget.policy in optional:
+            values.append(optional[widget.policy])
+        else:
+            values.append(widget.setting.default)
+    return values
+
+
+def test_the_page_settings_widgets_come_from_the_registry_in_its_order():
+    assert [w.elem_id for w in PAGE_WIDGETS] == [
+        "static-k", "heuristic-k", "dynamic-threshold", "dynamic-max", "adaptive-on", "adaptive-t0",
+        "entropy-on", "entropy-h", "costaware-on", "costaware-max"]
+    assert ticked_columns(*widgets(costaware=20, adaptive=0.4)) == ["adaptive", "costaware"]
+
+
 def test_modes_string_with_optional_columns():
-    text = modes_string(5, 5, 0.4, 20, adaptive=0.4, entropy=1.0)
+    text = modes_string(*widgets(adaptive=0.4, entropy=1.0))
     assert text == "static:5,heuristic:5,dynamic:0.4:20,oracle,adaptive:0.4:20,entropy:1:20"
     specs = parse_modes(text)
     assert [s.policy for s in specs] == POLICY_COLUMNS + ["adaptive", "entropy"]
     assert specs[4].params["assistant_confidence_threshold"] == 0.4
     assert specs[5].params["max_entropy"] == 1.0
-    assert modes_string(entropy=0.5) == "static:5,heuristic:5,dynamic:0.4:20,oracle,entropy:0.5:20"
-    assert active_columns(True, False) == POLICY_COLUMNS + ["adaptive"]
-    assert modes_string(costaware=12.0).endswith(",oracle,costaware:12")
-    assert parse_modes(modes_string(costaware=20))[-1].params == {"max_tokens": 20}
-    assert active_columns(False, True, True) == POLICY_COLUMNS + ["entropy", "costaware"]
+    assert modes_string(*widgets(entropy=0.5)) == "static:5,heuristic:5,dynamic:0.4:20,oracle,entropy:0.5:20"
+    assert active_columns({"adaptive"}) == POLICY_COLUMNS + ["adaptive"]
+    assert modes_string(*widgets(costaware=12.0)).endswith(",oracle,costaware:12")
+    assert parse_modes(modes_string(*widgets(costaware=20)))[-1].params == {"max_tokens": 20}
+    assert active_columns({"entropy", "costaware"}) == POLICY_COLUMNS + ["entropy", "costaware"]
     with pytest.raises(SpecVizError, match="Cost-aware max tokens"):
-        modes_string(costaware=0)
+        modes_string(*widgets(costaware=0))
     with pytest.raises(SpecVizError, match="adaptive start threshold"):
-        modes_string(adaptive=1.5)
+        modes_string(*widgets(adaptive=1.5))
     with pytest.raises(SpecVizError, match="entropy bound"):
-        modes_string(entropy=-1)
+        modes_string(*widgets(entropy=-1))
 
 
 def test_temperature_and_seed_values():
@@ -430,7 +459,7 @@ def _cost_aware_trace() -> Trace:
     one pass: it drafts (a sure first token is worth it), the target takes two of three, then a
     token at 0.05 is not worth its price."""
     prices = {"draft_call_ms": 2.0, "target_ms": [10.0, 10.1, 10.2, 10.3, 10.4, 10.5]}
-    rule = CostAware(PassPrices(2.0, tuple(prices["target_ms"])), max_tokens=5)
+    rule = CostAware(PassCosts(2.0, tuple(prices["target_ms"])), max_tokens=5)
     rounds = []
     for index, (position, probs, accepted) in enumerate([(0, [0.9, 0.9, 0.05], 2), (3, [0.9, 0.05], 1)]):
         rule.start_round(position)

@@ -4,7 +4,7 @@ a KV cache of realistic length, the draft's one-token call and its prompt prefil
 Speculative decoding's arithmetic rests on these numbers (a window of k checked for about one
 pass, a draft call at a small fraction of one), and they differ by machine and set-up (cpu.py).
 `python -m specviz pass-costs` prints them; a lookahead rule that prices its rounds can measure
-them at load in a few seconds, and keep them up to date from its pair's runs (`LivePrices`).
+them at load in a few seconds, and keep them up to date from its pair's runs (`LivePassCosts`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+import weakref
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ import torch
 
 from ..pair.cpu import CATCH_UP_ROWS
 from .drafters import CachedModel
-from .policies import PassPrices
+from .policies import PassCosts
 from .trace import Baseline, Trace
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ DRAFT_WINDOWS = (1, 2, 4, 8, 16, 32)  # a row-exact draft's catch-up calls: up t
 
 
 @dataclass(frozen=True)
-class CostCurve:
+class PassCostCurve:
     """Median milliseconds per call, measured in one sitting."""
 
     cpu: str
@@ -85,7 +86,7 @@ def _timed(call, repeats: int) -> float:
 
 
 def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WINDOWS, repeats: int = 5,
-            cpu_name: str = "", draft_windows: tuple[int, ...] = DRAFT_WINDOWS) -> CostCurve:
+            cpu_name: str = "", draft_windows: tuple[int, ...] = DRAFT_WINDOWS) -> PassCostCurve:
     """Time each call `repeats` times (median) after one untimed warm-up, on random token ids (a
     pass's cost does not depend on which tokens it reads)."""
     generator = torch.Generator().manual_seed(0)
@@ -130,12 +131,12 @@ def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WIND
         for window in draft_windows:
             draft_window(window)
             draft_ms.append(_timed(lambda w=window: draft_window(w), repeats))
-    return CostCurve(cpu=cpu_name, setup=pair.setup, context=context, windows=tuple(windows),
+    return PassCostCurve(cpu=cpu_name, setup=pair.setup, context=context, windows=tuple(windows),
                      target_ms=tuple(target_ms), draft_call_ms=call_ms, draft_prefill_ms=prefill_ms,
                      draft_windows=tuple(draft_windows), draft_ms=tuple(draft_ms))
 
 
-def table(curve: CostCurve) -> list[str]:
+def table(curve: PassCostCurve) -> list[str]:
     """The curve as printed lines: each call in ms and in one-token target passes."""
     lines = [f"CPU: {curve.cpu}", f"set-up: {curve.setup}", f"KV cache before each call: {curve.context} tokens",
              "", f"{'call':<34}{'ms':>9}{'passes':>9}"]
@@ -160,7 +161,7 @@ def _recent() -> deque[float]:
 
 
 @dataclass
-class LivePrices:
+class LivePassCosts:
     """A pair's prices for the cost-aware rule: the cost curve measured at load, each part scaled
     by what the pair's own runs have timed since (the median of timed / measured over its recent
     calls): the draft's call, the target's one-token pass, and its pass over a window. A curve
@@ -175,7 +176,7 @@ class LivePrices:
     (recorded in its trace), so that its decisions, and the replay of them, depend on its own
     probabilities and verdicts and those fixed prices only."""
 
-    measured: PassPrices
+    measured: PassCosts
     draft_call: deque[float] = field(default_factory=_recent)  # timed / measured, per call
     one_token: deque[float] = field(default_factory=_recent)  # per one-token target pass
     window: deque[float] = field(default_factory=_recent)  # per target pass over 2 or more tokens
@@ -207,7 +208,7 @@ class LivePrices:
                     self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / expected)
                 fed = r.position + min(r.accepted, r.lookahead - 1)
 
-    def current(self) -> PassPrices:
+    def current(self) -> PassCosts:
         def scale(timed: deque[float]) -> float:
             return statistics.median(timed) if timed else 1.0
 
@@ -218,19 +219,34 @@ class LivePrices:
         one = self.measured.target_ms[0] * scale(self.one_token)
         windows = tuple(max(one, ms * window_scale(w)) for w, ms in enumerate(self.measured.target_ms[1:], start=2))
         draft = scale(self.draft_call)
-        return PassPrices(self.measured.draft_call_ms * draft, (one, *windows),
+        return PassCosts(self.measured.draft_call_ms * draft, (one, *windows),
                           tuple(ms * draft for ms in self.measured.catch_up_ms))
 
 
-def pass_prices(pair: ModelPair, repeats: int = 3) -> PassPrices:
+# Each loaded pair's live pass costs, kept beside the pair and gone with it: loading a pair is the
+# pair stage's job, measuring what its passes cost is decoding's.
+_LIVE: weakref.WeakKeyDictionary[ModelPair, LivePassCosts] = weakref.WeakKeyDictionary()
+
+
+def live_pass_costs(pair: ModelPair) -> LivePassCosts | None:
+    """The pair's live pass costs; None until a cost-aware run first needs them."""
+    return _LIVE.get(pair)
+
+
+def forget_pass_costs(pair: ModelPair) -> None:
+    """Measure the pair's pass costs afresh when next needed."""
+    _LIVE.pop(pair, None)
+
+
+def pass_costs(pair: ModelPair, repeats: int = 3) -> PassCosts:
     """The pair's prices for the cost-aware rule as they stand: its cost curve, measured once per
     loaded pair (a few seconds) and read at every window from 1 to the largest measured, scaled by
-    what its runs have timed since (`LivePrices`; the pipeline records every run on the pair)."""
-    if pair.prices is None:
+    what its runs have timed since (`LivePassCosts`; the pipeline records every run on the pair)."""
+    live = _LIVE.get(pair)
+    if live is None:
         draft_windows = DRAFT_WINDOWS if pair.draft_row_exact else ()
         curve = measure(pair, context=128, repeats=repeats, draft_windows=draft_windows)
         catch_up = tuple(curve.draft_pass_ms(w) for w in range(1, CATCH_UP_ROWS + 1)) if draft_windows else ()
-        pair.prices = LivePrices(PassPrices(curve.draft_call_ms,
-                                            tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1)),
-                                            catch_up))
-    return pair.prices.current()
+        target = tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1))
+        live = _LIVE[pair] = LivePassCosts(PassCosts(curve.draft_call_ms, target, catch_up))
+    return live.current()

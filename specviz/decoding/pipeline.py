@@ -17,12 +17,12 @@ from .. import settings
 from ..errors import SpecVizError
 from ..pair import gpu
 from ..pair.models import ModelPair, encode_prompt, get_pair
-from .costcurve import pass_prices
+from .costcurve import live_pass_costs, pass_costs
 from .drafters import Drafter, LookupDrafter
 from .engine import decode_target_only, speculate
 from .lookup import LookupSettings
 from .oracle import lookup_oracle_search, oracle_search
-from .policies import ModeSpec, Oracle, PassPrices, Policy, check_modes, make_policy, parse_modes
+from .policies import ModeSpec, Oracle, PassCosts, Policy, check_modes, make_policy, parse_modes
 from .trace import Baseline, Comparison, Round, Trace, first_difference
 
 MAX_TEMPERATURE = 2.0
@@ -250,23 +250,23 @@ class ComparisonRun:
 
     def learn_prices(self, run: Trace | Baseline) -> None:
         """Every run's timings keep the cost-aware rule's prices up to date, once it has any."""
-        if self.pair.prices is not None:
-            self.pair.prices.record(run)
+        if (live := live_pass_costs(self.pair)) is not None:
+            live.record(run)
 
     def make_policy(self, spec: ModeSpec) -> Iterator[Update]:
         """The spec's policy; the cost-aware rule's prices are measured on the pair first (once)."""
         if spec.policy != "costaware":
             return make_policy(spec)
-        if self.pair.prices is None:
+        if live_pass_costs(self.pair) is None:
             message = "Measuring what a pass costs on this machine (for the cost-aware rule)"
             self.say(message)
             yield Update(self.comparison, None, message)
-            pass_prices(self.pair)
+            pass_costs(self.pair)
             for trace in self.comparison.traces:  # the runs before it, timed on this very prompt
                 self.learn_prices(trace)
-        prices = pass_prices(self.pair)
+        prices = pass_costs(self.pair)
         if self.request.lookup:
-            prices = PassPrices(LOOKUP_STEP_MS, prices.target_ms)
+            prices = PassCosts(LOOKUP_STEP_MS, prices.target_ms)
         return make_policy(spec, prices=prices)
 
     def policy(self, policy: Policy) -> Iterator[Update]:

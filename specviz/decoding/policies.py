@@ -241,7 +241,7 @@ class Entropy(Policy):
 
 
 @dataclass(frozen=True)
-class PassPrices:
+class PassCosts:
     """What a round costs on the machine at hand, in milliseconds: a draft call, the target's
     pass over a window of 1, 2, ... new tokens (`target_ms[w - 1]`; past the last, its slope), and,
     for a draft that reads a round's backlog of committed tokens in one call (drafters.Drafter), that
@@ -273,7 +273,7 @@ class PassPrices:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PassPrices:
+    def from_dict(cls, data: dict[str, Any]) -> PassCosts:
         return cls(float(data["draft_call_ms"]), tuple(data["target_ms"]), tuple(data.get("catch_up_ms", ())))
 
 
@@ -315,11 +315,11 @@ class CostAware(Policy):
     the best rate is at least its. Where even the first token is not worth it, the round drafts
     nothing, which is plain decoding, as it should be where a draft costs as much as the target.
 
-    Prices (`PassPrices`, measured on the pair, fixed for the run): a draft call, the target's pass
+    Prices (`PassCosts`, measured on the pair, fixed for the run): a draft call, the target's pass
     V(w) over w new tokens, and a row-exact draft's catch-up call over 1, 2, ... tokens. The draft
     reads every committed token once, in its drafting or in a round's catch-up (drafters.Drafter),
     so a backlog left by plain rounds is paid when drafting resumes. A row-exact draft reads it in
-    one call, and that call (`PassPrices.catch_up`) is what the clock pays for the round's first
+    one call, and that call (`PassCosts.catch_up`) is what the clock pays for the round's first
     token, so it is that token's price. A draft that reads one call per token pays one call for
     it, and its backlog is counted in the run's rate only: charged to the decision, it would grow
     with every plain round until drafting never paid again.
@@ -347,7 +347,7 @@ class CostAware(Policy):
     name = "costaware"
     BINS = 10
 
-    def __init__(self, prices: PassPrices, max_tokens: int = 20, prior_weight: float = 4.0):
+    def __init__(self, prices: PassCosts, max_tokens: int = 20, prior_weight: float = 4.0):
         self.prices = prices
         self.max_tokens = _check_lookahead(max_tokens, "Cost-aware maximum lookahead")
         self.prior_weight = prior_weight
@@ -458,6 +458,7 @@ class Setting:
     high: float | None
     whole: bool = False  # a count, read as an int
     label: str | None = None  # its name on the page ("static k"); None: not on the page
+    short: str = ""  # its page widget's id after the policy's name: "k" in "static-k"
 
     def read(self, text: str) -> int | float:
         return int(text) if self.whole else float(text)
@@ -506,15 +507,15 @@ def cost_aware_label(max_tokens: int = 20) -> str:
 
 
 def _tokens(label: str | None = None) -> Setting:
-    return Setting("max_tokens", 20, 1, MAX_LOOKAHEAD, whole=True, label=label)
+    return Setting("max_tokens", 20, 1, MAX_LOOKAHEAD, whole=True, label=label, short="max")
 
 
 def _k(label: str) -> Setting:
-    return Setting("num_assistant_tokens", 5, 1, MAX_LOOKAHEAD, whole=True, label=label)
+    return Setting("num_assistant_tokens", 5, 1, MAX_LOOKAHEAD, whole=True, label=label, short="k")
 
 
-def _threshold(label: str) -> Setting:
-    return Setting("assistant_confidence_threshold", 0.4, 0.0, 1.0, label=label)
+def _threshold(label: str, short: str = "threshold") -> Setting:
+    return Setting("assistant_confidence_threshold", 0.4, 0.0, 1.0, label=label, short=short)
 
 
 # Okabe-Ito colours, which stay distinguishable with the common forms of colour blindness (yellow
@@ -528,9 +529,10 @@ POLICIES: dict[str, PolicyKind] = {kind.name: kind for kind in [
                confidence=True),
     PolicyKind("oracle", Oracle, (), "Oracle", "drafts exactly until the draft disagrees", "#CC79A7",
                needs="reference", replayed=False),
-    PolicyKind("adaptive", Adaptive, (_threshold("adaptive start threshold"), _tokens()), "Adaptive (confidence)",
+    PolicyKind("adaptive", Adaptive, (_threshold("adaptive start threshold", "t0"), _tokens()), "Adaptive (confidence)",
                "dynamic threshold re-fitted after every round", "#D55E00", optional=True, confidence=True),
-    PolicyKind("entropy", Entropy, (Setting("max_entropy", 1.0, 0.0, None, label="entropy bound (nats)"), _tokens()),
+    PolicyKind("entropy", Entropy,
+               (Setting("max_entropy", 1.0, 0.0, None, label="entropy bound (nats)", short="h"), _tokens()),
                "Entropy", "stop drafting when the draft's entropy > bound", "#56B4E9", optional=True,
                confidence=True),
     PolicyKind("costaware", CostAware, (_tokens("cost-aware max tokens"),), "Cost-aware",
@@ -560,6 +562,12 @@ def format_modes(specs: Sequence[ModeSpec]) -> str:
     """The mode string `parse_modes` reads back into `specs`."""
     return ",".join(":".join([s.policy, *(f"{s.params.get(k.key, k.default):g}" for k in POLICIES[s.policy].settings)])
                     for s in specs)
+
+
+def mode_grammar() -> str:
+    """How a mode string is written, for help texts: "static[:K], ..., costaware[:MAX]"."""
+    return ", ".join(name + "".join(f"[:{(s.short or s.key).upper()}]" for s in kind.settings)
+                     for name, kind in POLICIES.items())
 
 
 # The page's four columns at their defaults, written the short way (later settings at defaults).
@@ -619,7 +627,7 @@ def mode_label(spec: ModeSpec) -> str:
     return POLICIES[spec.policy].label(spec.params)
 
 
-def make_policy(spec: ModeSpec, oracle: Oracle | None = None, prices: PassPrices | None = None) -> Policy:
+def make_policy(spec: ModeSpec, oracle: Oracle | None = None, prices: PassCosts | None = None) -> Policy:
     """A fresh policy for one run (policies carry state, so never share one across runs). The oracle
     needs its ideal line, the cost-aware rule the pair's pass prices."""
     kind = POLICIES.get(spec.policy)

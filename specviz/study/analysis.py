@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..decoding.policies import CostAware, Decision, DraftStep, PassPrices
+from ..decoding.policies import CostAware, Decision, DraftStep, PassCosts
 from ..decoding.trace import Comparison, Round, Trace
-from .costs import PassCosts
+from .costs import StudyPassCosts
 
 # The oracle drafts only tokens it knows the target keeps; its tokens would say nothing about
 # whether the draft's confidence predicts acceptance, so calibration leaves it out by default.
@@ -236,7 +236,7 @@ def work_split(trace: Trace) -> WorkSplit:
 def measured_draft_cost_ratio(comparison: Comparison) -> float | None:
     """Seconds per draft call over seconds per verification pass, measured over the whole run, the
     prompt's prefill apart where it was timed (None when the run drafted or verified nothing)."""
-    return PassCosts.from_comparison(comparison).draft_ratio
+    return StudyPassCosts.from_comparison(comparison).draft_ratio
 
 
 @dataclass(frozen=True)
@@ -380,7 +380,7 @@ def rule_rounds(trace: Trace | None) -> list[RuleRound]:
     recovers exactly what it weighed in every round, with no model (tested against the run)."""
     if trace is None or trace.policy != "costaware" or "prices" not in trace.params:
         return []
-    prices = PassPrices.from_dict(trace.params["prices"])
+    prices = PassCosts.from_dict(trace.params["prices"])
     rule = CostAware(prices, trace.params.get("max_tokens", 20))
     out = []
     for r in trace.rounds:

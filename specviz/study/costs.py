@@ -96,7 +96,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 @dataclass(frozen=True)
-class PassCosts:
+class StudyPassCosts:
     """Mean seconds per forward pass of each kind (0.0: none measured). The three prefill costs are
     per prompt; with `prefill_apart` False they equal the per-pass cost of their kind."""
 
@@ -111,7 +111,7 @@ class PassCosts:
     # ---- constructors ----
 
     @classmethod
-    def pooled(cls, target_only: Sequence[TargetOnlyRun], policies: Sequence[PolicyRun]) -> PassCosts:
+    def pooled(cls, target_only: Sequence[TargetOnlyRun], policies: Sequence[PolicyRun]) -> StudyPassCosts:
         """Total time over total passes of each kind. The prefill is priced apart only when every
         run timed it: a mix of older and newer runs would price the prompts of some runs only."""
         apart = bool(target_only or policies) and all(t.prefill_s is not None for t in target_only) and all(
@@ -119,7 +119,7 @@ class PassCosts:
         return cls._apart(target_only, policies) if apart else cls._prefill_pooled(target_only, policies)
 
     @classmethod
-    def _prefill_pooled(cls, target_only: Sequence[TargetOnlyRun], policies: Sequence[PolicyRun]) -> PassCosts:
+    def _prefill_pooled(cls, target_only: Sequence[TargetOnlyRun], policies: Sequence[PolicyRun]) -> StudyPassCosts:
         token = _per(sum(t.wall_s for t in target_only), sum(t.new_tokens for t in target_only))
         plain = sum(p.plain_passes for p in policies)
         verify = _per(sum(p.verify_s for p in policies) - plain * token,
@@ -128,7 +128,7 @@ class PassCosts:
         return cls(token, verify, call, token, verify, call, prefill_apart=False)
 
     @classmethod
-    def _apart(cls, target_only: Sequence[TargetOnlyRun], policies: Sequence[PolicyRun]) -> PassCosts:
+    def _apart(cls, target_only: Sequence[TargetOnlyRun], policies: Sequence[PolicyRun]) -> StudyPassCosts:
         decoded = [t for t in target_only if t.new_tokens > 0]
         verified = [p for p in policies if p.target_passes > 0]
         target_prefill = _per(sum(t.prefill_s or 0.0 for t in decoded), len(decoded))
@@ -154,7 +154,7 @@ class PassCosts:
         )
 
     @classmethod
-    def from_comparison(cls, comparison: Comparison) -> PassCosts:
+    def from_comparison(cls, comparison: Comparison) -> StudyPassCosts:
         """One run's costs, for the what-if: its target-only decoding and every policy's rounds. A
         file from before the prefill was timed has Baseline.prefill_s = 0 (a real first pass never
         takes 0 s): priced pooled. So is a run without a baseline, whose prompt timing is unknown."""
@@ -165,7 +165,7 @@ class PassCosts:
         return cls.pooled(target_only, policies)
 
     @classmethod
-    def from_records(cls, results: Sequence[PromptResult]) -> PassCosts:
+    def from_records(cls, results: Sequence[PromptResult]) -> StudyPassCosts:
         """Pooled over study records (a suite's prompts, every policy), for the report."""
         target_only = [TargetOnlyRun(r.target_only_wall_s, r.new_tokens, r.target_only_prefill_s) for r in results]
         policies = [PolicyRun(m.target_passes, m.verify_s, m.first_verify_s, m.draft_passes, m.draft_s,
@@ -206,7 +206,7 @@ class PassCosts:
     def verify_to_token_pass(self) -> float | None:
         return _ratio(self.verify_s, self.target_token_s)
 
-    def with_draft_ratio(self, ratio: float) -> PassCosts:
+    def with_draft_ratio(self, ratio: float) -> StudyPassCosts:
         """The same target with a draft call costing `ratio` of a verification pass: what a cheaper
         (or dearer) draft would make of the same passes.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..decoding.policies import Dynamic
 from ..decoding.trace import Comparison
-from .costs import PassCosts
+from .costs import StudyPassCosts
 from .sweep import replayed_passes
 
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))  # 0.05 ... 0.95
@@ -37,7 +37,7 @@ class Hindsight:
     modeled_s: float  # summed over the suite's prompts
 
 
-def replayed(run: SavedRun, threshold: float, costs: PassCosts) -> tuple[int, int, float]:
+def replayed(run: SavedRun, threshold: float, costs: StudyPassCosts) -> tuple[int, int, float]:
     """Dynamic lookahead at `threshold` on one saved prompt: its target and draft passes, and its
     modeled seconds."""
     c = run.comparison
@@ -48,7 +48,8 @@ def replayed(run: SavedRun, threshold: float, costs: PassCosts) -> tuple[int, in
     return passes.target, passes.draft, costs.modeled_time(passes.target, passes.draft, c.prompt_tokens, passes.plain)
 
 
-def best_dynamic(runs: Sequence[SavedRun], costs: PassCosts, thresholds: Iterable[float] = THRESHOLDS) -> Hindsight:
+def best_dynamic(runs: Sequence[SavedRun], costs: StudyPassCosts,
+                 thresholds: Iterable[float] = THRESHOLDS) -> Hindsight:
     """The threshold with the least modeled time summed over `runs` (the lowest of equal ones)."""
     best: Hindsight | None = None
     for threshold in thresholds:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Judged, auc, judged_among, split_at
-from .costs import PassCosts, plain_passes
+from .costs import StudyPassCosts, plain_passes
 from .hindsight import Hindsight, SavedRun, best_dynamic
 from .records import ModeResult, PromptResult, RoundRecord
 from .sweep import can_replay
@@ -30,7 +30,7 @@ HEADLINE_SUITE = "coding"  # the study's headline is an MBPP prompt: our MBPP-st
 HINDSIGHT_MARGIN = 0.05  # the cost-aware rule "keeps up" with the best threshold in hindsight within this
 COST_AWARE_RIVALS = ("dynamic", "heuristic")  # what it has to beat, suite by suite
 
-# The study's published figures (DESIGN.md), quoted beside ours; never used in a verdict.
+# The study's published figures (docs/DESIGN.md), quoted beside ours; never used in a verdict.
 STUDY_HEADLINE = {"static": (38, 192), "oracle": (27, 129)}  # (target passes, draft passes)
 
 # The rules the verdicts follow. The report prints them; the functions below implement them.
@@ -165,7 +165,7 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def modeled_time(costs: PassCosts, result: PromptResult, mode: ModeResult) -> float:
+def modeled_time(costs: StudyPassCosts, result: PromptResult, mode: ModeResult) -> float:
     """One policy's modeled time on one prompt (RULES; study.costs)."""
     return costs.modeled_time(mode.target_passes, mode.draft_passes, result.prompt_tokens,
                               plain_passes([rd.lookahead for rd in mode.rounds]))
@@ -191,7 +191,7 @@ class PolicyTotals:
         return _ratio(self.accepted, self.drafted)
 
 
-def policy_totals(results: Sequence[PromptResult], policy: str, costs: PassCosts) -> PolicyTotals | None:
+def policy_totals(results: Sequence[PromptResult], policy: str, costs: StudyPassCosts) -> PolicyTotals | None:
     runs = [(r, m) for r in results if (m := r.mode(policy)) is not None]
     modes = [m for _, m in runs]
     if not modes:
@@ -212,7 +212,7 @@ class Wins:
     ties: int
 
 
-def prompt_wins(results: Sequence[PromptResult], first: str, second: str, costs: PassCosts,
+def prompt_wins(results: Sequence[PromptResult], first: str, second: str, costs: StudyPassCosts,
                 measured: bool = False) -> Wins:
     """On how many prompts `first` needed strictly less (modeled or measured) time than `second`."""
     wins = Wins(0, 0, 0)
@@ -268,7 +268,7 @@ class SuiteFigures:
     preset: str
     suite: str
     results: list[PromptResult]
-    costs: PassCosts
+    costs: StudyPassCosts
     totals: dict[str, PolicyTotals]  # by policy name
     new_tokens: int
     target_only_wall_s: float
@@ -293,7 +293,7 @@ class SuiteFigures:
 
 def suite_figures(preset: str, suite: str, results: Sequence[PromptResult]) -> SuiteFigures:
     results = sorted(results, key=lambda r: r.index)
-    costs = PassCosts.from_records(results)
+    costs = StudyPassCosts.from_records(results)
     totals = {p: t for p in ("static", "heuristic", "dynamic", "costaware", "oracle")
               if (t := policy_totals(results, p, costs)) is not None}
     new_tokens = sum(r.new_tokens for r in results)
@@ -565,7 +565,7 @@ def costs_table(suites: Sequence[SuiteFigures]) -> list[str]:
     return lines + ["", prefill_coverage_sentence(suites)]
 
 
-def _prefill_ms(costs: PassCosts, seconds: float) -> str:
+def _prefill_ms(costs: StudyPassCosts, seconds: float) -> str:
     return _ms(seconds or None) if costs.prefill_apart else "not apart"
 
 
@@ -690,7 +690,7 @@ def report_markdown(records: Sequence[PromptResult], invocations: Sequence[dict[
     presets = list(dict.fromkeys(r.preset for r in done))
     suites_seen = list(dict.fromkeys(r.suite for r in done))
     lines = ["# The study's claims, checked on SpecViz's pairs", "",
-             (f"Each claim of the Hugging Face / Intel Labs study of dynamic speculation lookahead (DESIGN.md), "
+             (f"Each claim of the Hugging Face / Intel Labs study of dynamic speculation lookahead (docs/DESIGN.md), "
               f"checked on the prompts below. Every figure is computed from [`{results_link}`]({results_link}) "
               f"(one record per prompt; the same figures per prompt and mode in `results.csv` beside it) by "
               f"`specviz/study/runner.py`; the verdicts follow the rules stated below, from those numbers."), ""]
@@ -735,9 +735,9 @@ CSV_COLUMNS = ["preset", "suite", "prompt_id", "max_new_tokens", "mode", "policy
 
 def write_csv(path: Path, records: Sequence[PromptResult]) -> None:
     """One row per prompt and mode (target-only included); modeled speedups use the suite's costs."""
-    costs: dict[tuple[str, str, int], PassCosts] = {}
+    costs: dict[tuple[str, str, int], StudyPassCosts] = {}
     for key in {(r.preset, r.suite, r.max_new_tokens) for r in records}:
-        costs[key] = PassCosts.from_records([r for r in records if (r.preset, r.suite, r.max_new_tokens) == key
+        costs[key] = StudyPassCosts.from_records([r for r in records if (r.preset, r.suite, r.max_new_tokens) == key
                                              and not r.partial])
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -950,7 +950,7 @@ def page_of_record(runs: Sequence[Run], current: Mapping[str, Run],
     and set-up it ran on, its figures, and the earlier runs linked. Made by `report_command`."""
     presets = list(current)
     lines = ["# The study's claims, checked on SpecViz's pairs: the page of record", "",
-             (f"Each claim of the Hugging Face / Intel Labs study of dynamic speculation lookahead (DESIGN.md), "
+             (f"Each claim of the Hugging Face / Intel Labs study of dynamic speculation lookahead (docs/DESIGN.md), "
               f"checked on SpecViz's pairs. This page is made from the kept records by `{report_command}`, without "
               f"any model; it is never edited by hand. For each pair it shows the latest complete run among those "
               f"folders: of the runs with no record cut short and every suite the pair was run on, the one whose "

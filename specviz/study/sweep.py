@@ -33,7 +33,7 @@ from ..decoding.lookup import LookupSettings, drafted, propose
 from ..decoding.policies import DraftStep, Dynamic, Policy, Static
 from ..decoding.trace import Comparison, DraftAlongReference
 from ..pair.cpu import CATCH_UP_ROWS
-from .costs import PassCosts
+from .costs import StudyPassCosts
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
 STATIC_KS = list(range(1, 21))
@@ -188,9 +188,9 @@ def replayed_passes(comparison: Comparison, policy: Policy, eos_ids: Iterable[in
     return ReplayedPasses(target, draft, 0)
 
 
-def replay(comparison: Comparison, policy: Policy, costs: PassCosts | None = None,
+def replay(comparison: Comparison, policy: Policy, costs: StudyPassCosts | None = None,
            eos_ids: Iterable[int] = (), seen: Observations | None = None) -> Replay:
-    costs = costs if costs is not None else PassCosts.from_comparison(comparison)
+    costs = costs if costs is not None else StudyPassCosts.from_comparison(comparison)
     passes = replayed_passes(comparison, policy, eos_ids, seen)
     seconds = costs.modeled_time(passes.target, passes.draft, comparison.prompt_tokens, passes.plain)
     return Replay(policy.label, passes.target, passes.draft, seconds,
@@ -202,8 +202,8 @@ class Sweep:
     thresholds: list[Replay]  # dynamic, max 20, one per THRESHOLDS value
     static: list[Replay]  # one per STATIC_KS value
     oracle_target_passes: int | None
-    costs: PassCosts | None = None  # the per-pass costs the times were modeled with
-    measured_costs: PassCosts | None = None  # the costs measured in the run
+    costs: StudyPassCosts | None = None  # the per-pass costs the times were modeled with
+    measured_costs: StudyPassCosts | None = None  # the costs measured in the run
 
     @property
     def cost_modeled(self) -> bool:
@@ -215,7 +215,7 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: floa
     """Dynamic thresholds 0.05..0.95 and static k 1..20, replayed on one greedy run. Times use the
     run's measured per-pass costs, or, with `draft_ratio`, a draft call costing that fraction of
     a verification pass."""
-    measured = PassCosts.from_comparison(comparison)
+    measured = StudyPassCosts.from_comparison(comparison)
     costs = measured if draft_ratio is None else measured.with_draft_ratio(draft_ratio)
     eos = list(eos_ids)
     seen = observations(comparison) if comparison.lookup is None else None
@@ -229,7 +229,7 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: floa
     )
 
 
-def modeled_speedup(comparison: Comparison, passes: ReplayedPasses, costs: PassCosts) -> float:
+def modeled_speedup(comparison: Comparison, passes: ReplayedPasses, costs: StudyPassCosts) -> float:
     """Target-only decoding's modeled time over the time `costs` give these passes. With the run's
     own costs, target-only's modeled time is its measured wall time (its costs are that time spread
     over its passes); a draft cost set by hand leaves the target's costs, and so that time, alone."""

@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..decoding.policies import CostAware, DraftStep, Dynamic, PassPrices, Policy
+from ..decoding.policies import CostAware, DraftStep, Dynamic, PassCosts, Policy
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
-from .costs import PassCosts
+from .costs import StudyPassCosts
 from .records import PromptResult
 from .runner import ResultStore, saved_runs
 from .sweep import Observations, observations, replay_passes
@@ -46,7 +46,7 @@ class WindowPlanner(CostAware):
     `streak_prior` worth `streak_weight` tokens; drafted ones by the shipped per-bin calibration,
     shrunk toward p (`toward="p"`) or toward the streak acceptance (`toward="streak"`)."""
 
-    def __init__(self, prices: PassPrices, streak_prior: float = 0.5, streak_weight: float = 2.0,
+    def __init__(self, prices: PassCosts, streak_prior: float = 0.5, streak_weight: float = 2.0,
                  toward: str = "p", bin_weight: float = 4.0, explore: float = 1.0):
         super().__init__(prices, 20)
         self.streak_prior, self.streak_weight = streak_prior, streak_weight
@@ -99,7 +99,7 @@ class GuardBudget(WindowPlanner):
     plainly) stays within `share` of plain decoding's time for the answer budget: a guard of 5%
     leaves room to find out, and no more."""
 
-    def __init__(self, prices: PassPrices, prefill_ms: float, max_new_tokens: int, share: float = 0.03, **kw):
+    def __init__(self, prices: PassCosts, prefill_ms: float, max_new_tokens: int, share: float = 0.03, **kw):
         super().__init__(prices, **kw)
         self.prefill_ms = prefill_ms
         self.allowance_ms = share * max_new_tokens * prices.verify_ms(1)
@@ -132,7 +132,7 @@ class PrefillAware(WindowPlanner):
     round: drafting starts only if what a round is worth, over the rounds the answer budget still
     holds, pays for the prefill."""
 
-    def __init__(self, prices: PassPrices, prefill_ms: float, max_new_tokens: int, **kw):
+    def __init__(self, prices: PassCosts, prefill_ms: float, max_new_tokens: int, **kw):
         super().__init__(prices, **kw)
         self.prefill_ms, self.max_new_tokens, self.prefill_paid = prefill_ms, max_new_tokens, False
 
@@ -160,7 +160,7 @@ def draft_prefill_ms(comparison: Comparison) -> float:
     return sum(r.draft_prefill_s for r in next(t for t in comparison.traces if t.policy == "static").rounds) * 1000
 
 
-Make = Callable[[PassPrices, Comparison], Policy]
+Make = Callable[[PassCosts, Comparison], Policy]
 VARIANTS: dict[str, tuple[str, Make]] = {
     "shipped": ("the rule as shipped", lambda prices, c: CostAware(prices, 20)),
     "window": ("weighs the best stop ahead, undrafted tokens at the run's acceptance",
@@ -203,7 +203,7 @@ class Prompt:
     record: PromptResult
     comparison: Comparison
     eos_ids: tuple[int, ...]
-    prices: PassPrices
+    prices: PassCosts
     recorded_passes: tuple[int, int]  # the cost-aware rule's own run: target, draft
     seen: Observations
 
@@ -213,7 +213,7 @@ class Suite:
     study: str
     preset: str
     suite: str
-    costs: PassCosts
+    costs: StudyPassCosts
     prompts: list[Prompt]
 
 
@@ -234,14 +234,14 @@ def load(docs: Path) -> list[Suite]:
                 if rule is None:
                     continue
                 p = rule.params["prices"]
-                prompts.append(Prompt(r, run.comparison, run.eos_ids, PassPrices.from_dict(p),
+                prompts.append(Prompt(r, run.comparison, run.eos_ids, PassCosts.from_dict(p),
                                       (rule.target_passes, rule.draft_passes), observations(run.comparison)))
             if prompts:
-                suites.append(Suite(study, preset, suite, PassCosts.from_records(group), prompts))
+                suites.append(Suite(study, preset, suite, StudyPassCosts.from_records(group), prompts))
     return suites
 
 
-def modeled_s(policy: Policy, prompt: Prompt, costs: PassCosts) -> tuple[float, tuple[int, int]]:
+def modeled_s(policy: Policy, prompt: Prompt, costs: StudyPassCosts) -> tuple[float, tuple[int, int]]:
     counted = PlainCounter(policy)
     c = prompt.comparison
     passes = replay_passes(counted, c.reference_ids(), c.draft_along_reference, c.max_new_tokens, prompt.eos_ids,

@@ -7,7 +7,7 @@ Every piece of text that may come from a user or a model goes through `html.esca
 from __future__ import annotations
 
 import html
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..decoding.policies import POLICIES
@@ -34,10 +34,9 @@ ORACLE_SAMPLED_NOTE = ("not run: the oracle is a greedy idea (it drafts exactly 
 # ---- columns and status --------------------------------------------------------------------
 
 
-def active_columns(adaptive: bool = False, entropy: bool = False, costaware: bool = False) -> list[str]:
-    """The columns a run with these checkboxes fills."""
-    ticked = {"adaptive": adaptive, "entropy": entropy, "costaware": costaware}
-    return POLICY_COLUMNS + [policy for policy in EXTRA_COLUMNS if ticked.get(policy)]
+def active_columns(ticked: Collection[str] = ()) -> list[str]:
+    """The columns a run fills: every policy's but the optional ones not `ticked`."""
+    return POLICY_COLUMNS + [policy for policy in EXTRA_COLUMNS if policy in ticked]
 
 
 def column_title_html(policy: str, label: str | None = None) -> str:

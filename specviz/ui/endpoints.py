@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-from ..decoding.policies import DEFAULT_MODES
+from ..decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
 from ..errors import SpecVizError
 from ..pair.presets import DEFAULT_PRESET
 from . import api
@@ -58,7 +58,7 @@ def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128
         prompt: the question or task, in plain text; the pair's chat template is applied
         preset: the model pair, a name from the presets tool (default: the server's default pair)
         max_new_tokens: at most this many new tokens, 1 to the server's limit (512 by default)
-        modes: comma-separated policies, at most 8, each once: static:K, heuristic:K, dynamic:THRESHOLD, oracle, adaptive:T0, entropy:H, costaware
+        modes: comma-separated policies, at most MAX_MODES, each once, settings left out at their defaults: MODE_GRAMMAR
         temperature: 0 for greedy decoding (lossless check and oracle); above 0 (at most 2) samples
         seed: the sampling seed, used only when temperature is above 0
         draft: "model" (the pair's draft model) or "lookup" (prompt lookup: copies what followed the last n-gram's first earlier occurrence in the prompt and answer; no draft model runs)
@@ -77,6 +77,10 @@ def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128
                                       lookup):
             yield comparison
         logger.info("run finished: %d policies (API)", len(comparison["modes"]) if comparison else 0)
+
+
+# Gradio reads the docstring for the API page and the MCP tool's description: the modes as the registry has them.
+compare.__doc__ = compare.__doc__.replace("MODE_GRAMMAR", mode_grammar()).replace("MAX_MODES", str(MAX_MODES))
 
 
 def presets() -> list:

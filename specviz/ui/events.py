@@ -44,7 +44,14 @@ from .explain_plots import explain_figures, rule_round_figure
 from .export import SWEEP_HEADERS, ExportFolders, sweep_rows, write_all
 from .files import example_comparison, load_comparison_file
 from .heartbeat import with_heartbeat
-from .inputs import DEFAULT, lookup_value, max_new_tokens_value, seed_value, temperature_value, widget_modes
+from .inputs import (
+    lookup_value,
+    max_new_tokens_value,
+    seed_value,
+    temperature_value,
+    ticked_columns,
+    widget_modes,
+)
 from .pacing import Pacer
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from .presentation import presentation_requested
@@ -119,18 +126,16 @@ def _with_live(comparison, live):
     return comparison if live is None else replace(comparison, traces=[*comparison.traces, live])
 
 
-def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynamic_max, temperature=0, seed=None,
-        adaptive_on=False, adaptive_t0=DEFAULT, entropy_on=False, entropy_h=DEFAULT, costaware_on=False,
-        costaware_max=DEFAULT, draft="model", lookup_ngram=LookupSettings.max_ngram,
-        lookup_tokens=LookupSettings.max_tokens, visitor: gr.Request = None):
+def run(visitor: gr.Request, prompt, preset, max_new_tokens, temperature=0, seed=None, draft="model",
+        lookup_ngram=LookupSettings.max_ngram, lookup_tokens=LookupSettings.max_tokens, *settings):
     """Run the comparison, streaming every column round by round; while another run has the
-    models, say where this one stands in the queue."""
-    page = _PageRun(preset, active_columns(bool(adaptive_on), bool(entropy_on), bool(costaware_on)))
+    models, say where this one stands in the queue. `settings`: the policies' settings widgets, in
+    `inputs.PAGE_WIDGETS` order (those left out at their defaults). The visitor comes first:
+    Gradio hands the request only to a parameter before `*settings`."""
+    page = _PageRun(preset, active_columns(ticked_columns(*settings)))
     try:
         limits = Limits.from_env()
-        modes = widget_modes(static_k, heuristic_k, threshold, dynamic_max,
-                             _ticked(adaptive_on, adaptive_t0), _ticked(entropy_on, entropy_h),
-                             _ticked(costaware_on, costaware_max))
+        modes = widget_modes(*settings)
         lookup = lookup_value(draft, lookup_ngram, lookup_tokens)
         request = make_request(prompt, modes, max_new_tokens_value(max_new_tokens, limits.max_new_tokens),
                                temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits,
@@ -152,11 +157,6 @@ def run(prompt, preset, max_new_tokens, static_k, heuristic_k, threshold, dynami
     finally:
         if page.session is not None:
             page.session.leave()
-
-
-def _ticked(on: object, value: object) -> object:
-    """An optional column's setting when its box is ticked, else None (no column)."""
-    return value if on else None
 
 
 class _PageRun:

@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..decoding.lookup import LookupSettings
@@ -76,28 +77,45 @@ def page_modes(values: Mapping[str, Mapping[str, object]], ticked: Collection[st
     return specs
 
 
-DEFAULT = object()  # a widget left out: its setting's default from the registry
+@dataclass(frozen=True)
+class PageWidget:
+    """One of the page's settings widgets: an optional policy's column checkbox (`setting` None),
+    or a box for one of a policy's settings (every setting the registry gives a page label)."""
+
+    policy: str
+    setting: Setting | None = None
+
+    @property
+    def elem_id(self) -> str:
+        return f"{self.policy}-{self.setting.short if self.setting else 'on'}"
 
 
-def widget_modes(static_k: object = DEFAULT, heuristic_k: object = DEFAULT, threshold: object = DEFAULT,
-                 dynamic_max: object = DEFAULT, adaptive: object = None, entropy: object = None,
-                 costaware: object = None) -> list[ModeSpec]:
-    """The page's settings widgets as modes (an empty box is an error, a widget left out its
-    default). `adaptive` (a start threshold), `entropy` (a bound in nats) and `costaware` (its
-    most draft tokens a round) add the optional columns when not None."""
-    values = {"static": {"num_assistant_tokens": static_k}, "heuristic": {"num_assistant_tokens": heuristic_k},
-              "dynamic": {"assistant_confidence_threshold": threshold, "max_tokens": dynamic_max},
-              "adaptive": {"assistant_confidence_threshold": adaptive}, "entropy": {"max_entropy": entropy},
-              "costaware": {"max_tokens": costaware}}
-    given = {policy: {key: v for key, v in settings.items() if v is not DEFAULT} for policy, settings in values.items()}
-    ticked = [policy for policy, on in (("adaptive", adaptive), ("entropy", entropy), ("costaware", costaware))
-              if on is not None]
-    return page_modes(given, ticked)
+# The page builds, and a Run reads, these widgets in this order: a new policy's settings and
+# column checkbox appear on the page from its registry entry alone.
+PAGE_WIDGETS: tuple[PageWidget, ...] = tuple(
+    widget for name, kind in POLICIES.items()
+    for widget in [*([PageWidget(name)] if kind.optional else []),
+                   *(PageWidget(name, s) for s in kind.settings if s.label)])
 
 
-def modes_string(*args: object, **kwargs: object) -> str:
+def ticked_columns(*values: object) -> list[str]:
+    """The optional policies whose column checkbox is ticked, from widget values in PAGE_WIDGETS order."""
+    return [w.policy for w, value in zip(PAGE_WIDGETS, values) if w.setting is None and value]
+
+
+def widget_modes(*values: object) -> list[ModeSpec]:
+    """The modes a Run compares, from the settings widgets' values in PAGE_WIDGETS order (an
+    empty box is an error; widgets left out keep their defaults, their columns unticked)."""
+    given: dict[str, dict[str, object]] = {}
+    for widget, value in zip(PAGE_WIDGETS, values):
+        if widget.setting is not None:
+            given.setdefault(widget.policy, {})[widget.setting.key] = value
+    return page_modes(given, ticked_columns(*values))
+
+
+def modes_string(*values: object) -> str:
     """`widget_modes` as the mode string the CLI and the API take (and the run's log line shows)."""
-    return format_modes(widget_modes(*args, **kwargs))
+    return format_modes(widget_modes(*values))
 
 
 def lookup_value(draft: object, ngram: object, tokens: object) -> LookupSettings | None:

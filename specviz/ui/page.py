@@ -43,7 +43,7 @@ from .events import (
 )
 from .export import SWEEP_HEADERS
 from .files import MAX_IMPORT_BYTES, Example, load_examples
-from .inputs import server_options
+from .inputs import PAGE_WIDGETS, PageWidget, server_options
 from .presentation import TOGGLE_JS
 from .render import LEGEND_HTML, SUMMARY_HEADERS
 from .style import CSS, PAGE_JS, THEME
@@ -96,14 +96,33 @@ def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits)
                 p.stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
 
 
-def _setting_box(policy: str, key: str, elem_id: str) -> gr.Number:
-    """A number box for one policy setting: its label, default and bounds from the registry."""
-    setting = POLICIES[policy].setting(key)
+def _widget(widget: PageWidget) -> gr.Checkbox | gr.Number:
+    """A policy's settings widget: its optional column's checkbox, or a number box whose label,
+    default and bounds come from the registry."""
+    kind, setting = POLICIES[widget.policy], widget.setting
+    if setting is None:
+        return gr.Checkbox(False, label=f"{kind.title.split(' (')[0].lower()} column", info=kind.blurb,
+                           elem_id=widget.elem_id)
     if setting.whole:
         return gr.Number(setting.default, label=setting.label, precision=0, minimum=setting.low,
-                         maximum=setting.high, elem_id=elem_id)
+                         maximum=setting.high, elem_id=widget.elem_id)
     return gr.Number(setting.default, label=setting.label, minimum=setting.low, maximum=setting.high,
-                     step=0.05 if setting.high == 1.0 else 0.1, elem_id=elem_id)
+                     step=0.05 if setting.high == 1.0 else 0.1, elem_id=widget.elem_id)
+
+
+def _policy_widgets(p: SimpleNamespace) -> None:
+    """One row for the settings of the policies every Run compares, then the optional policies
+    two to a row, each a column checkbox and its settings (the registry's order throughout)."""
+    rows = [[w for w in PAGE_WIDGETS if not POLICIES[w.policy].optional]]
+    optional = [name for name in POLICIES if POLICIES[name].optional]
+    for pair in (optional[i:i + 2] for i in range(0, len(optional), 2)):
+        rows.append([w for w in PAGE_WIDGETS if w.policy in pair])
+    made = {}
+    for row in rows:
+        with gr.Row():
+            made.update({w: _widget(w) for w in row})
+    p.setting_widgets = [made[w] for w in PAGE_WIDGETS]
+    p.column_checkboxes = {w.policy: made[w] for w in PAGE_WIDGETS if w.setting is None}
 
 
 def _settings(p: SimpleNamespace) -> None:
@@ -111,22 +130,7 @@ def _settings(p: SimpleNamespace) -> None:
     the presentation-mode switch."""
     with gr.Row(equal_height=True, elem_id="options-row"):
         with gr.Accordion("Policy settings, temperature and seed", open=False, elem_id="policy-settings"):
-            with gr.Row():
-                p.static_k = _setting_box("static", "num_assistant_tokens", "static-k")
-                p.heuristic_k = _setting_box("heuristic", "num_assistant_tokens", "heuristic-k")
-                p.threshold = _setting_box("dynamic", "assistant_confidence_threshold", "dynamic-threshold")
-                p.dynamic_max = _setting_box("dynamic", "max_tokens", "dynamic-max")
-            with gr.Row():
-                p.adaptive_on = gr.Checkbox(False, label="adaptive column", elem_id="adaptive-on",
-                                            info="dynamic, threshold re-fitted every round")
-                p.adaptive_t0 = _setting_box("adaptive", "assistant_confidence_threshold", "adaptive-t0")
-                p.entropy_on = gr.Checkbox(False, label="entropy column", elem_id="entropy-on",
-                                           info="stop when the draft is unsure")
-                p.entropy_h = _setting_box("entropy", "max_entropy", "entropy-h")
-            with gr.Row():
-                p.costaware_on = gr.Checkbox(False, label="cost-aware column", elem_id="costaware-on",
-                                             info="draft while a token is worth what a pass costs here")
-                p.costaware_max = _setting_box("costaware", "max_tokens", "costaware-max")
+            _policy_widgets(p)
             with gr.Row():
                 p.lookup_ngram = gr.Number(LookupSettings.max_ngram, label="lookup n-gram", precision=0, minimum=1,
                                            maximum=MAX_NGRAM,
@@ -228,7 +232,8 @@ def _wire_page(demo: gr.Blocks, p: SimpleNamespace) -> None:
     demo.load(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
     # The line follows the pair menu, whether a visitor or an example set it.
     p.preset.change(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
-    for checkbox, box in zip([p.adaptive_on, p.entropy_on, p.costaware_on], p.extra_boxes):
+    for policy, box in zip(EXTRA_COLUMNS, p.extra_boxes):
+        checkbox = p.column_checkboxes[policy]
         checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False, **QUIET)
     p.present.change(None, p.present, None, js=TOGGLE_JS, queue=False, **QUIET)
     demo.load(presentation_from_url, None, p.present, queue=False, **QUIET)
@@ -244,9 +249,8 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
     """Run and Stop, an imported file and the example buttons: each puts a comparison on the page."""
     run_event = p.run_button.click(
         run,
-        inputs=[p.prompt, p.preset, p.max_tokens, p.static_k, p.heuristic_k, p.threshold, p.dynamic_max,
-                p.temperature, p.seed, p.adaptive_on, p.adaptive_t0, p.entropy_on, p.entropy_h,
-                p.costaware_on, p.costaware_max, p.draft, p.lookup_ngram, p.lookup_tokens],
+        inputs=[p.prompt, p.preset, p.max_tokens, p.temperature, p.seed, p.draft, p.lookup_ngram, p.lookup_tokens,
+                *p.setting_widgets],
         outputs=p.view_all, show_progress="full", show_progress_on=[p.status],
         # Runs start at once and wait for the models in events.TURNS, which can tell a waiting
         # visitor where it stands; Gradio's queue only holds what exceeds that many.
