@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import noisy_copy, tiny_llama
 
-from specviz.decoding.costcurve import TIMED_ENOUGH, CostCurve, LivePrices, measure, table
+from specviz.decoding.costcurve import TIMED_ENOUGH, LivePassCosts, PassCostCurve, measure, table
 from specviz.decoding.engine import decode_target_only, generate, target_only
-from specviz.decoding.policies import Dynamic, Heuristic, PassPrices, Static
+from specviz.decoding.policies import Dynamic, Heuristic, PassCosts, Static
 from specviz.decoding.trace import Baseline, Round, Trace
 from specviz.pair import cpu
 from specviz.pair.models import build_pair
@@ -65,21 +65,23 @@ def accepted_losslessly(pair, same_answer_as=None) -> int:
 
 def test_the_target_is_bf16_only_where_the_cpu_has_native_bf16_and_it_is_row_exact(monkeypatch):
     model = tiny_llama(0)
-    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m: (16,))
-    # a timing on a tiny model, which a busy machine can tip either way: the next test covers it
+    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: (16,))
+    # timings on a tiny model, which a busy machine can tip either way: the next tests cover them
     monkeypatch.setattr(cpu, "window_products_pay", lambda m: False)
+    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: False)
     assert cpu.choose_target(model, {}, WITH_BF16) == cpu.Choice("bf16", "native bf16, row-exact", (16,))
     assert cpu.choose_target(model, {}, WITHOUT_BF16).setup == "fp32"
     assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16"}, WITHOUT_BF16).why == "no native bf16 on this CPU"
     assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: " FP32 "}, WITH_BF16).why == f"{cpu.TARGET_SETUP_ENV}=fp32"
     assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16-fast"}, WITH_BF16).sizes is None
-    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m: None)
+    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: None)
     choice = cpu.choose_target(model, {}, WITH_BF16)
     assert (choice.setup, choice.why) == ("fp32", "bf16 was not row-exact on this CPU")
 
 
 def test_without_native_bf16_the_target_computes_windows_weight_first_where_that_measures_faster(monkeypatch):
     model = tiny_llama(0)
+    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: False)  # the next test covers it
     monkeypatch.setattr(cpu, "window_products_pay", lambda m: True)
     assert cpu.choose_target(model, {}, WITHOUT_BF16).setup == "fp32-window"
     assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITHOUT_BF16).setup == "fp32"  # forced
@@ -87,6 +89,49 @@ def test_without_native_bf16_the_target_computes_windows_weight_first_where_that
     assert cpu.choose_target(model, {}, WITHOUT_BF16) == cpu.Choice("fp32", "no native bf16 on this CPU")
     assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32-window"}, WITH_BF16).setup == "fp32-window"
     assert isinstance(cpu.window_products_pay(wide_llama(0)), bool)  # the measurement itself runs
+
+
+def test_without_native_bf16_the_target_is_fp32_packed_where_that_is_row_exact_and_faster(monkeypatch):
+    """Also the bundled pairs' fp32 target (`choose_fp32_target`), on any CPU."""
+    model = tiny_llama(0)
+    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: True)
+    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: () if dtype == torch.float32 else None)
+    assert cpu.choose_target(model, {}, WITHOUT_BF16) == cpu.Choice(
+        "fp32-packed", "no native bf16 on this CPU; packed fp32 row-exact, measured faster", ())
+    assert cpu.choose_fp32_target(model, {}) == cpu.Choice("fp32-packed", "packed fp32 row-exact, measured faster", ())
+    assert cpu.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}).setup == "fp32"  # forced
+    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}, WITH_BF16).setup == "fp32-packed"
+    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: False)
+    assert cpu.choose_fp32_target(model, {}).setup == "fp32"
+    assert cpu.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}).setup == "fp32-packed"  # forced
+    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: None)
+    assert cpu.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}).setup == "fp32"  # never inexact
+    assert isinstance(cpu.fp32_packing_pays(wide_llama(0)), bool)  # the measurement itself runs
+
+
+def test_the_fp32_packed_set_up_is_row_exact_where_chosen_and_computes_what_fp32_computes():
+    model = wide_llama(0)
+    ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    expected = [logits(model, ids[:n]) for n in (1, 8, 40)]
+    sizes = cpu.exact_row_sizes(model, torch.float32)
+    if sizes is None:
+        pytest.skip("oneDNN's packed fp32 product is not row-exact on this CPU: the set-up is never chosen here")
+    assert "oneDNN-packed" in cpu.prepare_target(model, "fp32-packed", sizes)
+    assert isinstance(model.lm_head, cpu.PackedLinear) and model.lm_head.dtype == torch.float32
+    for n, want in zip((1, 8, 40), expected):
+        assert torch.allclose(logits(model, ids[:n]), want, atol=1e-4), n
+    assert cpu.rows_exact(model, window=8) and cpu.rows_exact(model, window=20)
+
+
+def test_greedy_speculation_is_lossless_on_the_fp32_packed_set_up_over_many_prompts():
+    target = wide_llama(3)
+    draft = noisy_copy(target, 0.3, seed=4)
+    sizes = cpu.exact_row_sizes(target, torch.float32)
+    if sizes is None:
+        pytest.skip("oneDNN's packed fp32 product is not row-exact on this CPU: the set-up is never chosen here")
+    cpu.prepare_target(target, "fp32-packed", sizes)
+    pair = build_pair("tiny-fp32-packed", target, draft, tokenizer=None, device=torch.device("cpu"))
+    assert accepted_losslessly(pair) > 0
 
 
 def test_without_native_bf16_the_draft_is_cast_to_bf16_where_one_row_measures_faster(monkeypatch):
@@ -280,7 +325,7 @@ def test_the_cost_curve_measures_every_window_and_prints_ratios(tiny_pair):
 
 
 def test_the_curve_interpolates_between_measured_windows():
-    curve = CostCurve("cpu", "setup", 100, (1, 2, 4, 8), (100.0, 120.0, 140.0, 180.0), 20.0, 50.0)
+    curve = PassCostCurve("cpu", "setup", 100, (1, 2, 4, 8), (100.0, 120.0, 140.0, 180.0), 20.0, 50.0)
     assert curve.target_pass_ms(3) == pytest.approx(130.0)
     assert curve.target_pass_ms(12) == pytest.approx(220.0)  # past the last window: the last slope
     assert curve.ratio(8) == pytest.approx(1.8) and curve.draft_ratio == pytest.approx(0.2)
@@ -295,7 +340,7 @@ def _timed_round(index: int, drafted: int, draft_s: float, verify_s: float, pref
 def test_live_prices_scale_the_measured_curve_by_what_runs_timed():
     """Each part of the price by the median of timed / measured; a run's first round (the prompt's
     prefill) is left out, and the draft's prefill is not a draft call."""
-    prices = LivePrices(PassPrices(10.0, (100.0, 150.0, 160.0, 170.0)))
+    prices = LivePassCosts(PassCosts(10.0, (100.0, 150.0, 160.0, 170.0)))
     assert prices.current() == prices.measured  # nothing timed yet: the curve as measured
     rounds = [_timed_round(0, 3, 5.0, 9.0, prefill_s=9.0),  # the prompt's prefill: ignored
               _timed_round(1, 3, 0.06, 0.34),  # three draft calls of 20 ms, a window of 4 at 340 ms (2x)
@@ -316,7 +361,7 @@ def test_a_window_the_runs_checked_often_is_priced_by_its_own_timings():
     """A spike in the load-time curve (a pass over 2 tokens timed at 180 ms, where runs pay 110)
     is priced away once the runs have checked that window often enough; a window they have
     checked less often keeps the curve's shape, scaled by the median over all windows."""
-    prices = LivePrices(PassPrices(10.0, (100.0, 180.0, 200.0, 220.0)))
+    prices = LivePassCosts(PassCosts(10.0, (100.0, 180.0, 200.0, 220.0)))
     rounds = [_timed_round(0, 1, 0.0, 0.5)]  # the prompt's prefill: ignored
     rounds += [_timed_round(i, 1, 0.01, 0.110) for i in range(1, TIMED_ENOUGH + 1)]  # windows of 2 at 110 ms
     rounds += [_timed_round(TIMED_ENOUGH + 1, 3, 0.03, 0.198)]  # one window of 4: 0.9x the curve's 220 ms
@@ -326,25 +371,25 @@ def test_a_window_the_runs_checked_often_is_priced_by_its_own_timings():
 
 
 def test_live_prices_never_price_a_window_below_one_token():
-    prices = LivePrices(PassPrices(10.0, (100.0, 101.0)))
+    prices = LivePassCosts(PassCosts(10.0, (100.0, 101.0)))
     prices.record(Baseline(token_ids=[7] * 3, wall_s=0.5, stop_reason="eos", prefill_s=0.1))  # 200 ms a pass
     assert prices.current().target_ms == (200.0, 200.0)
 
 
 @pytest.mark.slow
 def test_a_cost_aware_comparison_measures_the_pairs_prices_once_and_records_them(bundled_pair):
-    from specviz.decoding.costcurve import pass_prices
+    from specviz.decoding.costcurve import forget_pass_costs, live_pass_costs, pass_costs
     from specviz.decoding.pipeline import compare, make_request
 
-    bundled_pair.prices = None
+    forget_pass_costs(bundled_pair)
     messages: list[str] = []
     comparison = compare(bundled_pair, make_request("Name a fruit.", "costaware,static:3", 16),
                          progress=messages.append)
-    live = bundled_pair.prices
+    live = live_pass_costs(bundled_pair)
     assert live is not None and len(live.measured.target_ms) == 20
     assert any("Measuring what a pass costs" in m for m in messages)
     trace = comparison.trace("cost-aware")
     assert trace.lossless and trace.params["prices"]["target_ms"]
     # every run on the pair is learnt from: both policies and target-only decoding
     assert live.window and live.draft_call and live.one_token
-    assert pass_prices(bundled_pair) == live.current()  # measured once, kept on the pair
+    assert pass_costs(bundled_pair) == live.current()  # measured once, kept on the pair

@@ -25,6 +25,11 @@ The target (`choose_target`), the first that applies:
   freezes a model), about as cheap for 20 rows as for one. oneDNN picks its kernel, and so its
   order of summation, by the row count, so every product runs on one of ROW_SIZES rows (padded
   with zeros): ROW_SIZES where that is row-exact, else its smallest alone, else fp32;
+* fp32-packed, without native bf16: each Linear packed once for oneDNN in fp32 (`PackedLinear`),
+  where that is row-exact (checked as for bf16, first with products of any row count) and its
+  products over one row and over 8 time faster than torch's together. On an AVX2 EPYC this made a
+  pass over 8 new tokens cost about 1.6 one-token passes instead of 2.5, and the one-token pass
+  itself faster (docs/BENCHMARKS.md);
 * fp32-window, without native bf16 (there torch's bf16 product costs in proportion to its rows),
   where it times clearly faster: products over 2 to WINDOW_ROWS rows computed weight-first,
   weight @ rows.T, the same sum, for which MKL streams the weight once instead of repacking it
@@ -43,9 +48,10 @@ read a round's backlog in one call (drafters.Drafter).
 
 Each timing is the median of five calls on the model's widest Linear layer that both kernels fit
 (for fp32-window the widest but the output layer, over 8 rows); "clearly faster" is under 0.8 of
-the other's time. SPECVIZ_TARGET_SETUP (fp32, fp32-window, bf16, bf16-fast, kquant or auto) and
-SPECVIZ_DRAFT_SETUP (fp32, bf16, int4, kquant or auto) force a choice. The bundled pairs are not
-set up here (models.py derives their drafts from the target); a GPU keeps its own path (gpu.py).
+the other's time. SPECVIZ_TARGET_SETUP (fp32, fp32-packed, fp32-window, bf16, bf16-fast, kquant or auto) and
+SPECVIZ_DRAFT_SETUP (fp32, bf16, int4, kquant or auto) force a choice. The bundled pairs' targets
+stay fp32: `choose_fp32_target` picks fp32-packed or fp32 for them (models.py derives their drafts
+from the target before it is converted); a GPU keeps its own path (gpu.py).
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ ROW_ATTENTION = "specviz_rows"
 # about what one row does. `bf16_rows_exact` checks the pair of sizes at load, and falls back to
 # 16 alone (exact by construction) where they differ.
 ROW_SIZES = (16, 32)
-SETUPS = ("fp32", "fp32-window", "bf16", "bf16-fast", "kquant")
+SETUPS = ("fp32", "fp32-packed", "fp32-window", "bf16", "bf16-fast", "kquant")
 DRAFT_SETUPS = ("fp32", "bf16", "int4", "kquant")
 INT4_GROUP = 32  # weights per scale and offset in the draft's int4 layers
 # The most committed tokens a row-exact draft reads in one catch-up call (drafters.Drafter): what
@@ -133,20 +139,24 @@ def _has_native_bf16(flags: frozenset[str]) -> bool:
 
 
 class PackedLinear(torch.nn.Module):
-    """A Linear layer in bf16 whose weight is packed once for oneDNN's matrix product: about as
-    fast for 20 rows as for one, and each row's result the same bits whatever the row count."""
+    """A Linear layer (bf16, or fp32) whose weight is packed once for oneDNN's matrix product:
+    about as fast for 20 rows as for one, and each row's result the same bits whatever the row
+    count, where `sizes` is what `exact_row_sizes` found for this machine."""
 
-    def __init__(self, linear: torch.nn.Linear, sizes: tuple[int, ...] | None = ROW_SIZES):
+    def __init__(self, linear: torch.nn.Linear, sizes: tuple[int, ...] | None = ROW_SIZES,
+                 dtype: torch.dtype = torch.bfloat16):
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.sizes = sizes  # row counts a product may have (None: as many as come: a draft need not be exact)
-        weight = linear.weight.detach().to(torch.bfloat16)
+        self.in_features, self.out_features, self.dtype = linear.in_features, linear.out_features, dtype
+        # row counts a product may have; None or (): as many as come (a draft need not be exact;
+        # an fp32 product may be exact at any count)
+        self.sizes = sizes
+        weight = linear.weight.detach().to(dtype)
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight)
-        self.bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16)
+        self.bias = None if linear.bias is None else linear.bias.detach().to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        if self.sizes is None:
+        rows = x.reshape(-1, self.in_features).to(self.dtype)
+        if not self.sizes:
             return self._product(rows).reshape(*x.shape[:-1], self.out_features)
         count, largest = rows.shape[0], self.sizes[-1]
         size = next((s for s in self.sizes if s >= count), largest)
@@ -160,7 +170,8 @@ class PackedLinear(torch.nn.Module):
         return torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bf16 packed for oneDNN"
+        kind = "bf16" if self.dtype == torch.bfloat16 else "fp32"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {kind} packed for oneDNN"
 
 
 class WindowLinear(torch.nn.Module):
@@ -297,6 +308,23 @@ def window_products_pay(model: torch.nn.Module, rows: int = 8, repeats: int = 5)
     return weight_first < 0.8 * usual
 
 
+def fp32_packing_pays(model: torch.nn.Module, rows: int = 8, repeats: int = 5) -> bool:
+    """Whether oneDNN's packed fp32 product over one row and over `rows` takes less time, the two
+    together, than torch's usual product on this machine, timed on the model's widest Linear layer
+    but its output layer (a few ms). Both rows count: a round checks a window, then target-only and
+    the plain rounds pass one token."""
+    widest = _widest_linear(model, but=model.get_output_embeddings())
+    if widest is None:
+        return False
+    packed = PackedLinear(widest, (), torch.float32)
+    one, window = torch.randn(1, widest.in_features), torch.randn(rows, widest.in_features)
+    with torch.inference_mode():
+        usual = _median_ms(lambda: F.linear(one, widest.weight), repeats) + _median_ms(
+            lambda: F.linear(window, widest.weight), repeats)
+        oned = _median_ms(lambda: packed(one), repeats) + _median_ms(lambda: packed(window), repeats)
+    return oned < usual
+
+
 def bf16_one_row_pays(model: torch.nn.Module, repeats: int = 5) -> bool:
     """Whether a one-row product in bf16 is clearly faster than in fp32 here (the draft's every call
     is one row), timed on the model's widest Linear layer."""
@@ -388,6 +416,12 @@ def to_bf16_packed(model: torch.nn.Module, sizes: tuple[int, ...] | None = ROW_S
     _give_back_memory()
 
 
+def to_fp32_packed(model: torch.nn.Module, sizes: tuple[int, ...] | None = ()) -> None:
+    """In place: every Linear packed in fp32 for oneDNN (the output layer too: a verification pass
+    asks for every row's logits); the rest of the model as it is."""
+    _replace_linears(model, lambda linear: PackedLinear(linear, sizes, torch.float32))
+
+
 def _replace_linears(model: torch.nn.Module, make) -> None:
     parents = [module for module in model.modules() if any(
         isinstance(child, torch.nn.Linear) for child in module.children())]
@@ -456,13 +490,18 @@ def probe_of(model: torch.nn.Module) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config).eval()
 
 
-def exact_row_sizes(model: torch.nn.Module) -> tuple[int, ...] | None:
-    """The row counts with which the bf16 set-up is row-exact for this model's shapes on this
-    machine: ROW_SIZES, else its smallest alone, else None. Checked on a one-layer probe, a window
-    of 8 (one product of 16 rows) and one of 24 (32 rows) against one-token passes (16 rows)."""
-    for sizes in (ROW_SIZES, ROW_SIZES[:1]):
+def exact_row_sizes(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> tuple[int, ...] | None:
+    """The row counts with which the packed set-up in `dtype` is row-exact for this model's shapes
+    on this machine: for fp32 first any count (`()`, no padding), then ROW_SIZES, else its smallest
+    alone, else None. Checked on a one-layer probe, a window of 8 (one product of 16 rows) and one
+    of 24 (32 rows) against one-token passes (16 rows)."""
+    candidates = ((), ROW_SIZES, ROW_SIZES[:1]) if dtype == torch.float32 else (ROW_SIZES, ROW_SIZES[:1])
+    for sizes in candidates:
         probe = probe_of(model)
-        to_bf16_packed(probe, sizes)
+        if dtype == torch.float32:
+            to_fp32_packed(probe, sizes)
+        else:
+            to_bf16_packed(probe, sizes)
         use_row_attention(probe)
         exact = rows_exact(probe, window=8) and rows_exact(probe, window=24)
         del probe
@@ -474,9 +513,9 @@ def exact_row_sizes(model: torch.nn.Module) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class Choice:
-    setup: str  # target: fp32, fp32-window, bf16, bf16-fast or kquant; draft: fp32, bf16 or bf16-cast
+    setup: str  # target: fp32, fp32-packed, fp32-window, bf16, bf16-fast or kquant; draft: fp32, bf16 or bf16-cast
     why: str  # one clause for the model line and the logs
-    sizes: tuple[int, ...] | None = ROW_SIZES  # bf16: the row counts of every product (see ROW_SIZES)
+    sizes: tuple[int, ...] | None = ROW_SIZES  # packed: the row counts of every product (see ROW_SIZES; (): any)
     kernel: Path | None = None  # kquant: the compiled kernel
 
 
@@ -593,11 +632,35 @@ def _choose_kquant(model: torch.nn.Module, asked: str, found: Machine, packed: M
     return Choice("kquant", "the GGUF's own codes, row-exact, measured fastest here", None, kernel), ""
 
 
+def choose_fp32_target(model: torch.nn.Module, environ: Mapping[str, str] | None = None) -> Choice:
+    """An fp32 target's set-up (the bundled pairs'): fp32 packed for oneDNN where that is row-exact
+    and measures faster here, else fp32 as loaded. SPECVIZ_TARGET_SETUP=fp32 or fp32-packed forces one."""
+    asked = wanted(TARGET_SETUP_ENV, environ)
+    if asked == "fp32":
+        return Choice("fp32", f"{TARGET_SETUP_ENV}=fp32")
+    return _fp32_packed(model, asked) or Choice("fp32", "packed fp32 was not row-exact or not faster here")
+
+
+def _fp32_packed(model: torch.nn.Module, asked: str) -> Choice | None:
+    """fp32 packed for oneDNN where it is row-exact and (unless forced) measures faster; else None."""
+    if asked != "fp32-packed" and not fp32_packing_pays(model):
+        return None
+    sizes = exact_row_sizes(model, torch.float32)
+    if sizes is None:
+        return None
+    why = f"{TARGET_SETUP_ENV}=fp32-packed" if asked == "fp32-packed" else "packed fp32 row-exact, measured faster"
+    return Choice("fp32-packed", why, sizes)
+
+
 def _choose_unquantized(model: torch.nn.Module, asked: str, found: Machine) -> Choice:
     if asked == "fp32":
         return Choice("fp32", f"{TARGET_SETUP_ENV}=fp32")
     if asked == "fp32-window":
         return Choice("fp32-window", f"{TARGET_SETUP_ENV}=fp32-window")
+    if asked == "fp32-packed" or not found.native_bf16:
+        packed = _fp32_packed(model, asked)
+        if packed is not None:
+            return replace(packed, why=f"no native bf16 on this CPU; {packed.why}") if asked == "auto" else packed
     if not found.native_bf16:
         if window_products_pay(model):
             return Choice("fp32-window", "no native bf16 on this CPU; weight-first window products measured faster")
@@ -656,6 +719,11 @@ def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | 
     if setup == "bf16-fast":
         to_bf16_packed(model, None)
         return "target bf16 (oneDNN-packed weights, not row-exact)"
+    if setup == "fp32-packed":
+        to_fp32_packed(model, sizes)
+        use_row_attention(model)
+        products = f"products of {' or '.join(map(str, sizes))} rows" if sizes else "products of any row count"
+        return f"target fp32 (oneDNN-packed weights, {products}, row-exact attention)"
     if setup == "fp32-window":
         to_window_products(model)
         return f"target fp32 (windows of 2-{WINDOW_ROWS} tokens computed weight-first)"

@@ -25,7 +25,7 @@ from .cpu import CATCH_UP_ROWS
 from .presets import DEFAULT_PRESET, Preset, get_preset
 
 
-@dataclass
+@dataclass(eq=False)  # a loaded pair is itself: decoding keeps what it measured of it by identity
 class ModelPair:
     """A target model, its draft, and the tokenizer they share."""
 
@@ -40,7 +40,6 @@ class ModelPair:
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (cpu.py)
-    prices: object | None = None  # costcurve.LivePrices, measured when a cost-aware run first needs them
     # The draft gives a row the same bits in a call of several (up to CATCH_UP_ROWS) as
     # alone, checked at load: it then reads a round's backlog in one call (drafters.Drafter).
     draft_row_exact: bool = False
@@ -144,8 +143,11 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         target, tokenizer = weights.load_bundled_target(say)
         say(f"Building the {preset.draft} draft")
         draft = int8_draft(target) if preset.draft == "int8" else bf16_draft(target)
+        say("Choosing the target's set-up for this CPU")  # after the draft is made from the target as loaded
+        choice = cpu.choose_fp32_target(target)
+        target_setup = f"{cpu.prepare_target(target, choice.setup, choice.sizes)}: {choice.why}"
         pair = build_pair(name, target, draft, tokenizer, torch.device("cpu"))
-        pair.setup = "target fp32; draft " + ("int8 dynamic" if preset.draft == "int8" else "bf16 copy")
+        pair.setup = f"{target_setup}; draft " + ("int8 dynamic" if preset.draft == "int8" else "bf16 copy")
     else:
         device = gpu.device()
         say(f"Loading target {preset.target}")

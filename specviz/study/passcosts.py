@@ -1,6 +1,6 @@
 """`python -m specviz pass-costs`: what a forward pass costs on this machine, per set-up of the pair.
 
-For each set-up asked for (cpu.py: fp32 as loaded; fp32 with windows computed weight-first; bf16
+For each set-up asked for (cpu.py: fp32 as loaded; fp32 packed for oneDNN; fp32 with windows computed weight-first; bf16
 with packed weights and row-exact attention, or, on a CPU without native bf16, the target as
 chosen there and the draft cast to bf16) the pair is loaded anew and its cost curve measured (decoding/costcurve.py): the target's
 pass over 1-20 new tokens after a KV cache, the draft's one-token call and its prefill, in
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from .. import settings
-from ..decoding.costcurve import WINDOWS, CostCurve, measure, table
+from ..decoding.costcurve import WINDOWS, PassCostCurve, measure, table
 from ..errors import SpecVizError
 from ..pair import cpu
 from ..pair.models import get_pair, release_pair
@@ -34,7 +34,7 @@ def _forced(setup: str):
 
 
 def curves(preset: str, setups: list[str], context: int, repeats: int,
-           windows: tuple[int, ...] = WINDOWS) -> list[CostCurve]:
+           windows: tuple[int, ...] = WINDOWS) -> list[PassCostCurve]:
     """One cost curve per set-up, each on the pair loaded anew (one pair in memory at a time)."""
     found = cpu.machine()
     out = []
@@ -48,8 +48,13 @@ def curves(preset: str, setups: list[str], context: int, repeats: int,
 
 
 def _setups(text: str, preset: str) -> list[str]:
-    if get_preset(preset).target == "bundled":
-        return ["fp32"]  # a bundled pair's drafts are made from its fp32 target: no other set-up
+    if get_preset(preset).target == "bundled":  # its drafts are made from its fp32 target, which stays fp32
+        if text == "auto":
+            return ["fp32", "fp32-packed"]
+        setups = [s.strip() for s in text.split(",") if s.strip()]
+        if not setups or any(s not in ("fp32", "fp32-packed") for s in setups):
+            raise SpecVizError(f"A bundled pair's target runs fp32 or fp32-packed, not {text!r}.")
+        return setups
     if text == "auto":
         return ["fp32", "bf16"] if cpu.machine().native_bf16 else ["fp32", "fp32-window", "bf16"]
     setups = [s.strip() for s in text.split(",") if s.strip()]
@@ -91,8 +96,8 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--setups", default="auto",
                    help="comma-separated set-ups to measure: fp32, fp32-window, bf16, bf16-fast for both models, "
                         "or TARGET/DRAFT with the draft fp32, bf16 or int4, e.g. bf16/int4 (default auto: fp32 and "
-                        "bf16 where the CPU has native bf16, else fp32, fp32-window and bf16; a bundled pair has "
-                        "only fp32)")
+                        "bf16 where the CPU has native bf16, else fp32, fp32-window and bf16; a bundled pair's "
+                        "target: fp32 and fp32-packed)")
     p.add_argument("--context", type=int, default=200, help="tokens in the KV cache before each call (default 200)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per figure, median (default 5)")
     p.add_argument("--json", help="write the curves as JSON here")
