@@ -197,3 +197,10 @@ def test_the_lookup_section_names_the_faster_draft_and_the_policy_that_suits_loo
     slow = Run("docs/s", "s", None, "pair-b+lookup", [_timed("pair-b+lookup", "coding", {"static": 2.5})], 0, [])
     assert "no practical policy stays at or above 0.95x" in "\n".join(lookup_section({"pair-b+lookup": slow}))
     assert lookup_section({"pair-a": model}) == []
+    # the model draft's run on another machine does not count: two machines' timings do not compare
+    elsewhere = Run("docs/m2", "m2", None, "pair-a", model.records, 0, [{"cpu": "another CPU", "cores": 2}])
+    lines = lookup_section({"pair-a": elsewhere, "pair-a+lookup": lookup}, [elsewhere, lookup])
+    assert "model draft (not studied on this machine)" in "\n".join(lines)
+    assert all(line.split("|")[2].strip() == "not run" for line in lines if line.startswith("| coding"))
+    lines = lookup_section({"pair-a": elsewhere, "pair-a+lookup": lookup}, [model, elsewhere, lookup])
+    assert any(line.startswith("| coding | dynamic 0.80x") for line in lines)  # the run on the same machine

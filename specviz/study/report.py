@@ -884,8 +884,9 @@ LOOKUP_RULES = f"""\
   time on every pair: a lookup draft makes no forward pass, so its wall clock is what a user
   gets. On the bundled pairs the model draft is a copy of the target costing 0.5-1.0 of a target
   pass: its measured figure is what that pair gives, not what a cheap draft would (its modeled
-  figures are in the pair's own sections). Each side comes from its pair's current run, whose
-  prompts and token budget the verdict table names.
+  figures are in the pair's own sections). The lookup side is its pair's current run; the model
+  draft's is that pair's latest complete run on the same machine (two machines' timings do not
+  compare), whose prompts and token budget its own report names.
 - **The policy that suits a lookup draft**: among the practical policies run with it, those that
   stay at or above {STOP_FLOOR}x target-only on every suite (a lookup draft must know to stop
   where the answer does not repeat its context); of those, the fastest on the most suites (ties:
@@ -917,20 +918,30 @@ def suited_policy(figures: Sequence[SuiteFigures]) -> tuple[str | None, str]:
                   f"fastest practical policy on {fastest.count(pick)} of {len(figures)} suites")
 
 
-def lookup_section(current: Mapping[str, Run]) -> list[str]:
+def model_draft_run(lookup: Run, runs: Sequence[Run]) -> Run | None:
+    """The model draft's run to set a lookup run beside: its pair's latest complete run on the
+    lookup run's machine, or None."""
+    preset = model_preset(lookup.preset)
+    same_machine = [r for r in runs if r.preset == preset and r.machine() == lookup.machine()]
+    return current_runs(same_machine)[preset] if same_machine else None
+
+
+def lookup_section(current: Mapping[str, Run], runs: Sequence[Run] = ()) -> list[str]:
     """The lookup draft's verdicts: per lookup pair and suite, the faster draft, and the policy
-    that suits a lookup draft (LOOKUP_RULES). Empty where no lookup pair was studied."""
+    that suits a lookup draft (LOOKUP_RULES). Empty where no lookup pair was studied. `runs`: every
+    run the page knows of (by default the current ones), where the model draft's run is found."""
     lookups = [name for name in current if LOOKUP_MARK in name]
     if not lookups:
         return []
     lines = ["## The lookup draft against the model draft", "", LOOKUP_RULES, ""]
     for name in lookups:
-        run, model = current[name], current.get(model_preset(name))
+        run = current[name]
+        model = model_draft_run(run, runs or list(current.values()))
         figures = preset_figures(name, run.records, run.suites)
         model_figures = ({f.suite: f for f in preset_figures(model.preset, model.records, model.suites)}
                          if model else {})
         lines += [(f"**{name}** ({run.link}) against **{model_preset(name)}**'s model draft "
-                   f"({model.link if model else 'not studied'}), measured:"), "",
+                   f"({model.link if model else 'not studied on this machine'}), measured:"), "",
                   "| suite | model draft: best practical | lookup: best practical | lookup / model | faster draft |",
                   "|---|---|---|---|---|"]
         for f in figures:
@@ -979,7 +990,7 @@ def page_of_record(runs: Sequence[Run], current: Mapping[str, Run],
     lines += ["## Speedups", ""]
     for preset in presets:
         lines += speedup_table(current[preset])
-    lines += lookup_section(current)
+    lines += lookup_section(current, runs)
     lines += ["## Earlier runs", ""]
     for preset in presets:
         for run in sorted((r for r in runs if r.preset == preset and r is not current[preset]),
