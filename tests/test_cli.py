@@ -112,11 +112,15 @@ def test_an_unexpected_failure_is_one_line_unless_debug(monkeypatch, capsys):
 def test_pass_costs_prints_the_cost_curve_of_the_bundled_pair(tmp_path):
     """The cost benchmark as a smoke test: every window, the draft's call, ratios, the CPU named."""
     out = tmp_path / "curves.json"
-    result = run_cli("pass-costs", "--preset", "smollm2-135m-int8", "--context", "16", "--repeats", "1",
-                     "--json", str(out))
+    result = run_cli("pass-costs", "--preset", "smollm2-135m-int8", "--setups", "fp32", "--context", "16",
+                     "--repeats", "1", "--json", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "CPU: " in result.stdout and "target, 20 new tokens" in result.stdout
     assert "draft, one-token call" in result.stdout
     (curve,) = json.loads(out.read_text())
     assert curve["windows"] == [1, 2, 4, 8, 12, 16, 20] and curve["setup"].startswith("target fp32")
     assert main(["pass-costs", "--setups", "fp64", "--preset", "qwen2.5-coder-1.5b"]) == 2  # one-line error
+    assert main(["pass-costs", "--setups", "bf16", "--preset", "smollm2-135m-int8"]) == 2  # a bundled target is fp32
+    from specviz.study.passcosts import _setups
+
+    assert _setups("auto", "smollm2-135m-int8") == ["fp32", "fp32-packed"]
