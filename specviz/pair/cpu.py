@@ -28,7 +28,7 @@ The target (`choose_target`), the first that applies:
 * fp32-packed, without native bf16: each Linear packed once for oneDNN in fp32 (`PackedLinear`),
   where that is row-exact (checked as for bf16, first with products of any row count) and its
   products over one row and over 8 time faster than torch's together. On an AVX2 EPYC this made a
-  pass over 8 new tokens cost about 1.6 one-token passes instead of 2.5, and the one-token pass
+  pass over 8 new tokens cost 1.42 one-token passes instead of 1.92, and the one-token pass
   itself faster (docs/BENCHMARKS.md);
 * fp32-window, without native bf16 (there torch's bf16 product costs in proportion to its rows),
   where it times clearly faster: products over 2 to WINDOW_ROWS rows computed weight-first,
