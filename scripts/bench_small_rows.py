@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from specviz.pair import cpu
+from specviz.pair import cpu, kquant
 
 ROWS = (1, 2, 4, 8, 16)
 Product = Callable[[torch.Tensor], torch.Tensor]
@@ -53,6 +56,13 @@ def ways(weight: torch.Tensor) -> dict[str, Product]:
                 x.to(torch.bfloat16), bf16_packed, None, "none", [], "")
         except RuntimeError:
             pass
+    flags = cpu.machine().flags
+    if kquant.cpu_can(flags):  # SpecViz's K-quant kernel on random codes of this shape (timing only)
+        library = kquant.build(Path(tempfile.gettempdir()) / "specviz-kernels", flags)
+        rows, cols = weight.shape
+        for kind in (kquant.Q4_K, kquant.Q6_K):
+            raw = kquant.random_blocks(kind, rows, cols, np.random.default_rng(0))
+            out[f"{kind} K-quant kernel"] = kquant.KQuantLinear(kquant.pack(kind, raw, rows, cols), None, library)
     return out
 
 

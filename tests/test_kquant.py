@@ -17,15 +17,16 @@ from specviz.pair.models import build_pair
 
 KINDS = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q6_K: GGMLQuantizationType.Q6_K}
 WITH_VNNI = cpu.Machine("a CPU with VNNI", True, frozenset({"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}))
+AVX2_ONLY = cpu.Machine("an AVX2 CPU", False, frozenset({"avx2", "fma"}))
 here = cpu.machine()
-needs_kernel = pytest.mark.skipif(not kquant.cpu_can(here.flags), reason="this CPU has no AVX512-VNNI")
+needs_kernel = pytest.mark.skipif(not kquant.cpu_can(here.flags), reason="this CPU has neither AVX512-VNNI nor AVX2")
 
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory) -> Path:
     if not kquant.cpu_can(here.flags):
-        pytest.skip("this CPU has no AVX512-VNNI")
-    return kquant.build(tmp_path_factory.mktemp("kernels"))
+        pytest.skip("this CPU has neither AVX512-VNNI nor AVX2")
+    return kquant.build(tmp_path_factory.mktemp("kernels"), here.flags)
 
 
 @pytest.mark.parametrize("kind", [kquant.Q4_K, kquant.Q6_K])
@@ -67,6 +68,13 @@ def quantized_activations(x: torch.Tensor, block: int = 256) -> torch.Tensor:
     blocks = x.reshape(x.shape[0], -1, block)
     scale = blocks.abs().amax(-1, keepdim=True) / 127
     return (torch.round(blocks / scale) * scale).reshape(x.shape)
+
+
+def test_the_kernel_is_compiled_for_the_best_instruction_set_the_cpu_has():
+    assert "-mavx512vnni" in kquant.compiler_flags(WITH_VNNI.flags)
+    avx2 = kquant.compiler_flags(AVX2_ONLY.flags)
+    assert "-mavx2" in avx2 and not any(flag.startswith("-mavx512") for flag in avx2)
+    assert kquant.compiler_flags(WITHOUT_BF16.flags) is None and not kquant.cpu_can(WITHOUT_BF16.flags)
 
 
 @pytest.mark.parametrize("kind", [kquant.Q4_K, kquant.Q6_K])
@@ -133,12 +141,13 @@ def test_the_set_up_is_chosen_by_what_the_cpu_can_do(kernel, monkeypatch):
     model = kquant_llama(1)
     packed = random_packing(model, 1)
     monkeypatch.setattr(cpu, "kquant_kernel", lambda found, cache: (kernel, "") if kquant.cpu_can(found.flags)
-                        else (None, "need avx512f/avx512bw/avx512_vnni, which this CPU lacks"))
+                        else (None, "need avx512_vnni or avx2, which this CPU lacks"))
     monkeypatch.setattr(cpu, "kquant_pays", lambda *args, **kwargs: True)
-    choice = cpu.choose_target(model, {}, WITH_VNNI, packed)
-    assert (choice.setup, choice.kernel) == ("kquant", kernel)
-    without = cpu.choose_target(model, {}, WITHOUT_BF16, packed)
-    assert without.setup.startswith("fp32") and without.why.startswith("K-quant codes need avx512f")
+    for found in (WITH_VNNI, AVX2_ONLY):
+        choice = cpu.choose_target(model, {}, found, packed)
+        assert (choice.setup, choice.kernel) == ("kquant", kernel), found.name
+    without = cpu.choose_target(model, {}, WITHOUT_BF16, packed)  # AVX2 without FMA: neither body
+    assert without.setup.startswith("fp32") and without.why.startswith("K-quant codes need avx512_vnni or avx2")
     # no packed codes (a bundled or hub model): nothing said about them
     assert "K-quant" not in cpu.choose_target(model, {}, WITHOUT_BF16, {}).why
     # forced without codes: the reason, and the set-up the CPU would otherwise get
@@ -147,7 +156,7 @@ def test_the_set_up_is_chosen_by_what_the_cpu_can_do(kernel, monkeypatch):
     # forced off: another set-up, even where the codes would serve
     assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITH_VNNI, packed).setup == "fp32"
     monkeypatch.setattr(cpu, "kquant_pays", lambda *args, **kwargs: False)
-    slower = cpu.choose_target(model, {}, WITH_VNNI, packed)
+    slower = cpu.choose_target(model, {}, AVX2_ONLY, packed)  # (no bf16 claimed: this CPU may lack it)
     assert slower.setup != "kquant" and "measured slower here" in slower.why
 
 
@@ -170,10 +179,10 @@ def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeyp
     monkeypatch.setattr(cpu, "kquant_draft_pays", lambda *args, **kwargs: True)
     choice = cpu.choose_draft({}, WITH_VNNI, draft)
     assert (choice.setup, choice.kernel) == ("kquant", kernel)
-    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup != "kquant"  # no VNNI
+    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup != "kquant"  # neither AVX512-VNNI nor AVX2 with FMA
     assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITH_VNNI, draft).setup == "int4"
     monkeypatch.setattr(cpu, "kquant_draft_pays", lambda *args, **kwargs: False)
-    assert cpu.choose_draft({}, WITH_VNNI, draft).setup != "kquant"
+    assert cpu.choose_draft({}, AVX2_ONLY, draft).setup != "kquant"  # (no bf16 claimed: this CPU may lack it)
     line = cpu.prepare_draft(draft, "kquant", kernel)
     assert line.startswith("draft 4-bit") and isinstance(draft.lm_head, kquant.KQuantLinear)
     assert cpu.rows_exact(draft)  # so a catch-up may feed it several tokens in one call

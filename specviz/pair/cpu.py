@@ -18,7 +18,7 @@ model is converted, and a set-up that fails is not used.
 The target (`choose_target`), the first that applies:
 
 * kquant: the GGUF's own K-quant codes on SpecViz's kernel (kquant.py), where the codes were kept
-  at set-up, the kernel builds for this CPU (AVX512F, AVX512BW, AVX512-VNNI), the set-up is
+  at set-up, the kernel builds for this CPU (AVX512-VNNI, else AVX2), the set-up is
   row-exact here, and it times faster than the next set-up would, for one row and for 8;
 * bf16, where the CPU has native bf16 (AMX or AVX512-BF16, and a torch whose oneDNN uses them):
   each Linear packed once, at load, for oneDNN (`PackedLinear`, what torch's inductor does when it
@@ -525,9 +525,9 @@ class Choice:
 def kquant_kernel(found: Machine, cache: Path) -> tuple[Path | None, str]:
     """The K-quant kernel built for this machine, or None and why not."""
     if not kquant.cpu_can(found.flags):
-        return None, f"need {'/'.join(kquant.NEEDS)}, which this CPU lacks"
+        return None, f"need {' or '.join(kquant.NEEDS)}, which this CPU lacks"
     try:
-        return kquant.build(cache), ""
+        return kquant.build(cache, found.flags), ""
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
         return None, f"need their kernel, which did not build ({str(error)[:120]})"
 

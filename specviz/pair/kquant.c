@@ -1,5 +1,6 @@
 /* The target's products at its GGUF's own precision: K-quant weights (4-bit Q4_K, 6-bit Q6_K codes)
- * times activations quantized to int8 per row, on AVX512-VNNI.
+ * times activations quantized to int8 per row, on AVX512-VNNI, or on AVX2 where a CPU has no AVX-512
+ * (kquant.py compiles the body this CPU can run: one source, one layout, two instruction sets).
  *
  * Why this shape (specviz/pair/kquant.py says more):
  * - A one-token pass reads every weight once, so its price is the weights' bytes: 4-bit codes are
@@ -18,6 +19,12 @@
  * vector. Per tile and group: sc[16], mn[16] (int8); per tile and block of inputs (256 in a GGUF's
  * K-quants, 128 where SpecViz quantizes a draft itself): d[16], dmin[16] (float). The weight of channel j at input i of group g is d*sc*code - dmin*mn, exactly the GGUF's
  * dequantized value.
+ *
+ * AVX2 reads the same bytes: a 64-byte step is two 32-byte halves (channels 0-7, then 8-15), and
+ * vpdpbusd becomes vpmaddubsw (codes times activations, pairs summed in int16) then vpmaddwd with
+ * the group's scales (int16 pairs summed in int32 and scaled), as llama.cpp does on AVX2. Several
+ * steps' int16 sums are added before vpmaddwd: a code is at most 15 (4-bit) or 63 (6-bit) and an
+ * activation at most 127 in size, so 16 or 4 products stay below 2^15 and every sum is exact.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -49,6 +56,8 @@ void kq_quantize(const float *x, int M, int K, int G, int block, int8_t *xq, flo
         }
     }
 }
+
+#if defined(__AVX512VNNI__)
 
 static inline __m512 lanes_of(const int8_t *v) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
@@ -112,6 +121,101 @@ static inline __attribute__((always_inline)) void tile_rows(
         _mm512_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE, y);
     }
 }
+
+#else /* AVX2 */
+
+static inline __m256 lanes_of(const int8_t *v) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)v)));
+}
+
+/* 8 int8 scales as int16 pairs (s0, s0, s1, s1, ...): vpmaddwd's other operand, so that it sums a
+ * channel's two int16 partial dots and multiplies them by the channel's group scale in one go. */
+static inline __m256i scale_pairs(const int8_t *v) {
+    const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)v));
+    return _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s, 16));
+}
+
+/* The AVX-512 body's loop with each 16-channel vector as two halves of 8 (h = 0, 1), and the group
+ * scales applied in integers: a block's sum of sc * (codes . activations) is exact in int32 (at most
+ * 2^28 here), so a group costs each row no float work but its minimum's term. */
+static inline __attribute__((always_inline)) void tile_rows(
+    const int steps, const int four_bit, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
+    const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
+    const float *bias, float *out, int N) {
+    const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
+    const size_t group_bytes = (size_t)steps * (four_bit ? 32 : 64);
+    const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc[ROWS][2], mins[ROWS][2];
+    __m256i dots[ROWS][2];
+    for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        const size_t at = ((size_t)tile * blocks + b) * TILE;
+        for (int r = 0; r < rows; r++) {
+            dots[r][0] = dots[r][1] = _mm256_setzero_si256();
+            mins[r][0] = mins[r][1] = _mm256_setzero_ps();
+        }
+        for (int gb = 0; gb < per_block; gb++) {
+            const int g = b * per_block + gb;
+            const size_t tg = ((size_t)tile * groups + g) * TILE;
+            const __m256i sv[2] = {scale_pairs(sc + tg), scale_pairs(sc + tg + 8)};
+            const __m256 mv[2] = {lanes_of(mn + tg), lanes_of(mn + tg + 8)};
+            const uint8_t *gc = tile_codes + (size_t)g * group_bytes;
+            for (size_t line = 0; line < group_bytes; line += 64)
+                _mm_prefetch((const char *)(gc + PREFETCH * group_bytes + line), _MM_HINT_T0);
+            __m256i w[8][2];
+            for (int h = 0; h < 2; h++) {
+                if (four_bit) {
+                    for (int p = 0; p < steps / 2; p++) {
+                        const __m256i v = _mm256_loadu_si256((const __m256i *)(gc + 64 * p + 32 * h));
+                        w[p][h] = _mm256_and_si256(v, low);
+                        w[p + steps / 2][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    }
+                } else {
+                    for (int s = 0; s < steps; s++) w[s][h] = _mm256_loadu_si256((const __m256i *)(gc + 64 * s + 32 * h));
+                }
+            }
+            for (int r = 0; r < rows; r++) {
+                const int32_t *xg = (const int32_t *)(xq + (size_t)(r0 + r) * K + (size_t)g * G);
+                const __m256 gsum = _mm256_set1_ps(bsum[(size_t)(r0 + r) * groups + g]);
+                for (int h = 0; h < 2; h++) {
+                    if (four_bit) { /* 4-bit codes: all 8 steps in int16 (at most 8 * 2 * 15 * 127 < 2^15) */
+                        __m256i sum = _mm256_maddubs_epi16(w[0][h], _mm256_set1_epi32(xg[0]));
+                        for (int s = 1; s < steps; s++)
+                            sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[s][h], _mm256_set1_epi32(xg[s])));
+                        dots[r][h] = _mm256_add_epi32(dots[r][h], _mm256_madd_epi16(sum, sv[h]));
+                    } else { /* 6-bit codes: two steps at a time (at most 2 * 2 * 63 * 127 < 2^15) */
+                        for (int s = 0; s < steps; s += 2) {
+                            const __m256i pair = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(w[s][h], _mm256_set1_epi32(xg[s])),
+                                _mm256_maddubs_epi16(w[s + 1][h], _mm256_set1_epi32(xg[s + 1])));
+                            dots[r][h] = _mm256_add_epi32(dots[r][h], _mm256_madd_epi16(pair, sv[h]));
+                        }
+                    }
+                    mins[r][h] = _mm256_fmadd_ps(mv[h], gsum, mins[r][h]); /* exact: below 2^24 */
+                }
+            }
+        }
+        const __m256 dv[2] = {_mm256_loadu_ps(d + at), _mm256_loadu_ps(d + at + 8)};
+        const __m256 dminv[2] = {_mm256_loadu_ps(dmin + at), _mm256_loadu_ps(dmin + at + 8)};
+        for (int r = 0; r < rows; r++) {
+            const __m256 rs = _mm256_set1_ps(scale[(size_t)(r0 + r) * blocks + b]);
+            for (int h = 0; h < 2; h++) {
+                const __m256 v = _mm256_fmsub_ps(_mm256_cvtepi32_ps(dots[r][h]), dv[h], _mm256_mul_ps(mins[r][h], dminv[h]));
+                acc[r][h] = _mm256_fmadd_ps(v, rs, acc[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int h = 0; h < 2; h++) {
+            __m256 y = acc[r][h];
+            if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias + (size_t)tile * TILE + 8 * h));
+            _mm256_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE + 8 * h, y);
+        }
+    }
+}
+
+#endif
 
 /* out (M x N floats) = rows @ weights.T (+ bias), the rows given as kq_quantize left them.
  * G = 32 with 4-bit codes (Q4_K) or G = 16 with 8-bit codes (Q6_K). */

@@ -5,7 +5,7 @@ Why a kernel of its own: torch's weight-only int4 and int8 kernels read a quarte
 bytes and so are fast for one row, but their cost grows with the rows (8 rows cost what bf16 does,
 16 twice that; ../shared/KERNELS.md), and a verification window is 8-20 rows. The kernel here
 unpacks each tile of 16 output channels x one group of inputs once and multiplies it with every row
-of the call with the CPU's integer dot product (AVX512-VNNI), the way llama.cpp multiplies K-quants,
+of the call with the CPU's integer dot product (AVX512-VNNI, or AVX2's pair of multiply-adds), the way llama.cpp multiplies K-quants,
 but with all the rows sharing the unpacked tile. Activations are quantized to int8 per row and per
 block of 256 inputs (llama.cpp's Q8_K scheme), so a row's result depends on that row alone and is
 the same bits in a one-token pass and in a window: greedy speculative decoding stays lossless by
@@ -16,7 +16,8 @@ scales, d*sc*code - dmin*mn. Only the activations are rounded (to 8 bits per val
 does), so this target's greedy answer can differ from the fp32 copy's in places.
 
 The kernel is compiled once per machine with the system's C compiler into the model cache
-(`build`); a CPU without AVX512-VNNI, or a machine without a compiler, keeps the other set-ups.
+(`build`), for AVX512-VNNI or else AVX2; a CPU with neither, or a machine without a compiler, keeps
+the other set-ups.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ import numpy as np
 import torch
 
 SOURCE = Path(__file__).with_name("kquant.c")
-FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mfma")
-NEEDS = ("avx512f", "avx512bw", "avx512_vnni")  # /proc/cpuinfo's names
+COMMON_FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-mfma")
+# The instruction sets the kernel has a body for, best first: /proc/cpuinfo's names it needs, and the
+# compiler's flags that select that body.
+INSTRUCTION_SETS = ((("avx512f", "avx512bw", "avx512_vnni"), ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")),
+                    (("avx2", "fma"), ("-mavx2",)))
+NEEDS = ("avx512_vnni", "avx2")  # what the model line names when a CPU has neither body's set
 TILE, SUPER = 16, 256  # output channels per tile; inputs per block of a GGUF's K-quants
 # Q4_K, Q6_K: a GGUF's own; Q4: SpecViz's quantization of a model it only has in float (a draft),
 # Q4_K's form in blocks of 128 inputs, which the real pair's draft's widths (896, 4864) divide.
@@ -215,13 +220,25 @@ def _tiled(kind: str, codes: np.ndarray, sc: np.ndarray, mn: np.ndarray, d: np.n
 # ---- the kernel -----------------------------------------------------------------------------
 
 
+def compiler_flags(flags: frozenset[str]) -> tuple[str, ...] | None:
+    """The flags that compile the kernel's best body for a CPU with these /proc/cpuinfo flags, or None."""
+    for needs, chosen in INSTRUCTION_SETS:
+        if all(flag in flags for flag in needs):
+            return COMMON_FLAGS + chosen
+    return None
+
+
 def cpu_can(flags: frozenset[str]) -> bool:
-    return all(flag in flags for flag in NEEDS)
+    return compiler_flags(flags) is not None
 
 
-def build(into: Path) -> Path:
-    """The kernel compiled for this machine, in `into` (once: its name carries the source's hash)."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+def build(into: Path, flags: frozenset[str]) -> Path:
+    """The kernel compiled for a CPU with these flags, in `into` (once: its name carries the source's
+    and the flags' hash)."""
+    chosen = compiler_flags(flags)
+    if chosen is None:
+        raise RuntimeError(f"the kernel needs {' or '.join(NEEDS)}")
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(chosen).encode()).hexdigest()[:16]
     library = into / f"kquant-{digest}.so"
     if library.is_file():
         return library
@@ -232,7 +249,7 @@ def build(into: Path) -> Path:
     with tempfile.NamedTemporaryFile(dir=into, suffix=".so.tmp", delete=False) as staging:
         pass
     try:
-        result = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", staging.name, "-lm"], check=False,
+        result = subprocess.run([compiler, *chosen, str(SOURCE), "-o", staging.name, "-lm"], check=False,
                                 capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {(result.stderr or result.stdout).strip()[:300]}")

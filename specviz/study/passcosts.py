@@ -94,10 +94,10 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                                                "(run it alone: every figure is a timing)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
     p.add_argument("--setups", default="auto",
-                   help="comma-separated set-ups to measure: fp32, fp32-window, bf16, bf16-fast for both models, "
-                        "or TARGET/DRAFT with the draft fp32, bf16 or int4, e.g. bf16/int4 (default auto: fp32 and "
-                        "bf16 where the CPU has native bf16, else fp32, fp32-window and bf16; a bundled pair's "
-                        "target: fp32 and fp32-packed)")
+                   help=f"comma-separated set-ups to measure: {', '.join(cpu.SETUPS)} for both models, or "
+                        f"TARGET/DRAFT with the draft one of {', '.join(cpu.DRAFT_SETUPS)}, e.g. kquant/int4 "
+                        "(default auto: fp32 and bf16 where the CPU has native bf16, else fp32, fp32-window and "
+                        "bf16; a bundled pair's target: fp32 and fp32-packed)")
     p.add_argument("--context", type=int, default=200, help="tokens in the KV cache before each call (default 200)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per figure, median (default 5)")
     p.add_argument("--json", help="write the curves as JSON here")
