@@ -1,10 +1,11 @@
 """The real pair offline (Qwen2.5-Coder-1.5B-Instruct, draft Qwen2.5-Coder-0.5B-Instruct, in the set-up
-cpu.py chooses for this CPU), when it is set up in the model cache: one short coding prompt through
-every policy. Skipped, naming the command that installs it, where it is not set up (it needs a 1.6 GB
+cpu.py chooses for this CPU), when it is set up in the model cache: short prompts through every
+policy, with the model draft and with the lookup draft (on prompts whose answer copies the prompt). Skipped, naming the command that installs it, where it is not set up (it needs a 1.6 GB
 download and up to 11 GB of RAM while it loads)."""
 
 import pytest
 
+from specviz.decoding.lookup import LookupSettings
 from specviz.decoding.pipeline import compare, make_request
 from specviz.pair import cpu, kquant, models, presets, weights
 from specviz.pair.wheel_parts import SETUP_COMMAND
@@ -15,11 +16,19 @@ pytestmark = pytest.mark.slow
 PROMPTS = ["Write a Python function that returns the n-th Fibonacci number.",
            "Explain in two sentences what a Python dictionary comprehension is.",
            "Write a SQL query that lists the ten customers with the largest total order amount."]
+COPYING_PROMPTS = [("Rename the variable `n` to `count` and return the whole function:\n\n"
+                    "def repeat(word, n):\n    out = []\n    for _ in range(n):\n        out.append(word)\n"
+                    "    return ' '.join(out)\n"),
+                   ("Add a docstring to this function and return it unchanged otherwise:\n\n"
+                    "def area(width, height):\n    if width < 0 or height < 0:\n        raise ValueError('negative')\n"
+                    "    return width * height\n")]
+CASES = [(prompt, None) for prompt in PROMPTS] + [(prompt, LookupSettings()) for prompt in COPYING_PROMPTS]
 MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 MAX_NEW_TOKENS = 32
 
 
-@pytest.fixture(scope="module", params=range(len(PROMPTS)), ids=lambda i: f"prompt{i}")
+@pytest.fixture(scope="module", params=CASES,
+                ids=[f"prompt{i}" for i in range(len(PROMPTS))] + [f"lookup{i}" for i in range(len(COPYING_PROMPTS))])
 def comparison(request):
     preset = presets.PRESETS[presets.REAL_PAIR_PRESET]
     missing = [weights.set_up_folder(weights.SET_UP_MODELS[hub_id]) for hub_id in (preset.target, preset.draft)
@@ -32,7 +41,8 @@ def comparison(request):
     assert pair.setup.startswith("target ") and "; draft " in pair.setup  # the model line says what runs
     if kquant.cpu_can(cpu.machine().flags):  # where the CPU can, this is the K-quant target under test
         assert pair.setup.startswith("target Q4_K/Q6_K weights of its GGUF"), pair.setup
-    return compare(pair, make_request(PROMPTS[request.param], MODES, MAX_NEW_TOKENS))
+    prompt, lookup = request.param
+    return compare(pair, make_request(prompt, MODES, MAX_NEW_TOKENS, lookup=lookup))
 
 
 def test_every_policy_is_lossless(comparison):
@@ -52,3 +62,10 @@ def test_every_round_meets_the_ideal_line(comparison):
     for trace in comparison.traces:
         for r in trace.rounds:
             assert r.accepted == min(r.lookahead, comparison.oracle_ideal[r.position]), (trace.label, r)
+
+
+def test_a_lookup_draft_costs_no_draft_pass_and_its_copies_are_kept(comparison):
+    if comparison.lookup is None:
+        pytest.skip("a model-draft case")
+    assert all(trace.draft_passes == 0 for trace in comparison.traces)
+    assert sum(r.accepted for r in comparison.trace("oracle").rounds) > 0  # the answer copies the prompt
