@@ -204,3 +204,17 @@ def test_the_lookup_section_names_the_faster_draft_and_the_policy_that_suits_loo
     assert all(line.split("|")[2].strip() == "not run" for line in lines if line.startswith("| coding"))
     lines = lookup_section({"pair-a": elsewhere, "pair-a+lookup": lookup}, [model, elsewhere, lookup])
     assert any(line.startswith("| coding | dynamic 0.80x") for line in lines)  # the run on the same machine
+
+
+def test_without_a_complete_run_the_run_over_the_most_suites_is_current():
+    from specviz.study.report import Run, current_runs
+
+    broad = Run("docs/b", "b", None, "pair-a", [_timed("pair-a", suite, {"static": 1.0})
+                                                for suite in ("coding", "summarization", "questions")], 0, [])
+    newer = _timed("pair-a", "editing", {"static": 1.0})
+    newer.finished = "2026-12-06T10:00:00+00:00"
+    small = Run("docs/s", "s", None, "pair-a", [newer, _timed("pair-a", "coding", {"static": 1.0})], 0, [])
+    assert current_runs([broad, small])["pair-a"] is broad  # neither has every suite: the broader one
+    everything = Run("docs/e", "e", None, "pair-a", [_timed("pair-a", suite, {"static": 1.0}) for suite in
+                                                     ("editing", "coding", "summarization", "questions")], 0, [])
+    assert current_runs([broad, small, everything])["pair-a"] is everything  # a complete run wins

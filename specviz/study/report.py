@@ -852,12 +852,16 @@ def why_not_current(run: Run, runs: Sequence[Run]) -> str | None:
 def current_runs(runs: Sequence[Run]) -> dict[str, Run]:
     """Per preset, the latest complete run: the newest last record among the complete runs, the
     one with more policies where two end at the same moment. A preset without a complete run
-    gets its newest run all the same (the page says it is incomplete)."""
+    gets its run over the most suites, the newest of those (the page says it is incomplete): a
+    small run made for another question must not displace a broader one by its date alone."""
     current = {}
     for preset in dict.fromkeys(r.preset for r in runs):
         mine = [r for r in runs if r.preset == preset]
-        complete = [r for r in mine if why_not_current(r, runs) is None] or mine
-        current[preset] = max(complete, key=lambda r: (r.newest, len(r.policies().split(", "))))
+        complete = [r for r in mine if why_not_current(r, runs) is None]
+        if complete:
+            current[preset] = max(complete, key=lambda r: (r.newest, len(r.policies().split(", "))))
+        else:
+            current[preset] = max(mine, key=lambda r: (len(r.suites), r.newest, len(r.policies().split(", "))))
     return current
 
 
