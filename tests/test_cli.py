@@ -121,6 +121,8 @@ def test_pass_costs_prints_the_cost_curve_of_the_bundled_pair(tmp_path):
     assert curve["windows"] == [1, 2, 4, 8, 12, 16, 20] and curve["setup"].startswith("target fp32")
     assert main(["pass-costs", "--setups", "fp64", "--preset", "qwen2.5-coder-1.5b"]) == 2  # one-line error
     assert main(["pass-costs", "--setups", "bf16", "--preset", "smollm2-135m-int8"]) == 2  # a bundled target is fp32
+    from specviz.pair import cpu, kquant
     from specviz.study.passcosts import _setups
 
     assert _setups("auto", "smollm2-135m-int8") == ["fp32", "fp32-packed"]
+    assert ("kquant" in _setups("auto", "qwen2.5-coder-1.5b")) == kquant.cpu_can(cpu.machine().flags)

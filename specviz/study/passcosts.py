@@ -19,7 +19,7 @@ import torch
 from .. import settings
 from ..decoding.costcurve import WINDOWS, PassCostCurve, measure, table
 from ..errors import SpecVizError
-from ..pair import cpu
+from ..pair import cpu, kquant
 from ..pair.models import get_pair, release_pair
 from ..pair.presets import DEFAULT_PRESET, get_preset
 
@@ -56,7 +56,9 @@ def _setups(text: str, preset: str) -> list[str]:
             raise SpecVizError(f"A bundled pair's target runs fp32 or fp32-packed, not {text!r}.")
         return setups
     if text == "auto":
-        return ["fp32", "bf16"] if cpu.machine().native_bf16 else ["fp32", "fp32-window", "bf16"]
+        found = cpu.machine()
+        setups = ["fp32", "bf16"] if found.native_bf16 else ["fp32", "fp32-window", "bf16"]
+        return setups + (["kquant"] if kquant.cpu_can(found.flags) else [])
     setups = [s.strip() for s in text.split(",") if s.strip()]
     unknown = [s for s in setups if not _known(s)]
     if unknown or not setups:
@@ -97,7 +99,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                    help=f"comma-separated set-ups to measure: {', '.join(cpu.SETUPS)} for both models, or "
                         f"TARGET/DRAFT with the draft one of {', '.join(cpu.DRAFT_SETUPS)}, e.g. kquant/int4 "
                         "(default auto: fp32 and bf16 where the CPU has native bf16, else fp32, fp32-window and "
-                        "bf16; a bundled pair's target: fp32 and fp32-packed)")
+                        "bf16, and kquant where its kernel runs; a bundled pair's target: fp32 and fp32-packed)")
     p.add_argument("--context", type=int, default=200, help="tokens in the KV cache before each call (default 200)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per figure, median (default 5)")
     p.add_argument("--json", help="write the curves as JSON here")
