@@ -56,9 +56,8 @@ def ways(weight: torch.Tensor) -> dict[str, Product]:
                 x.to(torch.bfloat16), bf16_packed, None, "none", [], "")
         except RuntimeError:
             pass
-    flags = cpu.machine().flags
-    if kquant.cpu_can(flags):  # SpecViz's K-quant kernel on random codes of this shape (timing only)
-        library = kquant.build(Path(tempfile.gettempdir()) / "specviz-kernels", flags)
+    library, _ = cpu.kquant_kernel(cpu.machine(), Path(tempfile.gettempdir()) / "specviz-kernels")
+    if library is not None:  # SpecViz's K-quant kernel on random codes of this shape (timing only)
         rows, cols = weight.shape
         for kind in (kquant.Q4_K, kquant.Q6_K):
             raw = kquant.random_blocks(kind, rows, cols, np.random.default_rng(0))

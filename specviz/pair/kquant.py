@@ -5,8 +5,8 @@ Why a kernel of its own: torch's weight-only int4 and int8 kernels read a quarte
 bytes and so are fast for one row, but their cost grows with the rows (8 rows cost what bf16 does,
 16 twice that; ../shared/KERNELS.md), and a verification window is 8-20 rows. The kernel here
 unpacks each tile of 16 output channels x one group of inputs once and multiplies it with every row
-of the call with the CPU's integer dot product (AVX512-VNNI, or AVX2's pair of multiply-adds), the way llama.cpp multiplies K-quants,
-but with all the rows sharing the unpacked tile. Activations are quantized to int8 per row and per
+of the call with the CPU's integer dot product (AVX512-VNNI, or AVX2's pair of multiply-adds), the
+way llama.cpp multiplies K-quants, but with all the rows sharing the unpacked tile. Activations are quantized to int8 per row and per
 block of 256 inputs (llama.cpp's Q8_K scheme), so a row's result depends on that row alone and is
 the same bits in a one-token pass and in a window: greedy speculative decoding stays lossless by
 construction, which `cpu.rows_exact` checks at load.
@@ -37,11 +37,12 @@ import torch
 
 SOURCE = Path(__file__).with_name("kquant.c")
 COMMON_FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-mfma")
-# The instruction sets the kernel has a body for, best first: /proc/cpuinfo's names it needs, and the
-# compiler's flags that select that body.
-INSTRUCTION_SETS = ((("avx512f", "avx512bw", "avx512_vnni"), ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")),
-                    (("avx2", "fma"), ("-mavx2",)))
-NEEDS = ("avx512_vnni", "avx2")  # what the model line names when a CPU has neither body's set
+# The instruction sets the kernel has a body for, best first: the name the model line gives it, the
+# /proc/cpuinfo flags it needs, and the compiler's flags that select that body.
+INSTRUCTION_SETS = (("avx512_vnni", ("avx512f", "avx512bw", "avx512_vnni"),
+                     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")),
+                    ("avx2", ("avx2", "fma"), ("-mavx2",)))
+NEEDS = tuple(name for name, _, _ in INSTRUCTION_SETS)  # what a CPU with neither body's set lacks
 TILE, SUPER = 16, 256  # output channels per tile; inputs per block of a GGUF's K-quants
 # Q4_K, Q6_K: a GGUF's own; Q4: SpecViz's quantization of a model it only has in float (a draft),
 # Q4_K's form in blocks of 128 inputs, which the real pair's draft's widths (896, 4864) divide.
@@ -222,7 +223,7 @@ def _tiled(kind: str, codes: np.ndarray, sc: np.ndarray, mn: np.ndarray, d: np.n
 
 def compiler_flags(flags: frozenset[str]) -> tuple[str, ...] | None:
     """The flags that compile the kernel's best body for a CPU with these /proc/cpuinfo flags, or None."""
-    for needs, chosen in INSTRUCTION_SETS:
+    for _, needs, chosen in INSTRUCTION_SETS:
         if all(flag in flags for flag in needs):
             return COMMON_FLAGS + chosen
     return None

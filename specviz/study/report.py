@@ -858,10 +858,8 @@ def current_runs(runs: Sequence[Run]) -> dict[str, Run]:
     for preset in dict.fromkeys(r.preset for r in runs):
         mine = [r for r in runs if r.preset == preset]
         complete = [r for r in mine if why_not_current(r, runs) is None]
-        if complete:
-            current[preset] = max(complete, key=lambda r: (r.newest, len(r.policies().split(", "))))
-        else:
-            current[preset] = max(mine, key=lambda r: (len(r.suites), r.newest, len(r.policies().split(", "))))
+        breadth = (lambda r: 0) if complete else (lambda r: len(r.suites))
+        current[preset] = max(complete or mine, key=lambda r: (breadth(r), r.newest, len(r.policies().split(", "))))
     return current
 
 
