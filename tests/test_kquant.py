@@ -89,6 +89,20 @@ def test_the_kernels_product_is_the_gguf_weights_times_int8_activations(kernel, 
     assert ((layer(x).double() - plain).norm() / plain.norm()) < 0.02
 
 
+def test_the_activations_int8_codes_are_round_to_nearest_of_each_blocks_scale(kernel):
+    x = torch.randn(3, 512) * torch.tensor([[1e-3], [1.0], [50.0]])
+    x[1, :256] = 0  # a block of zeros: scale 0, codes 0
+    x[2, 3] = -x[2].abs().max() * 1.5  # a negative value sets the block's scale
+    xq, scale, bsum = torch.empty(3, 512, dtype=torch.int8), torch.empty(3, 2), torch.empty(3, 16)
+    kquant.load(kernel).kq_quantize(x.data_ptr(), 3, 512, 32, 256, xq.data_ptr(), scale.data_ptr(), bsum.data_ptr())
+    amax = x.reshape(3, 2, 256).abs().amax(-1)
+    inverse = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    expected = torch.round(x.reshape(3, 2, 256) * inverse[..., None]).reshape(3, 512)
+    assert torch.equal(scale, amax / 127)
+    assert torch.equal(xq, expected.to(torch.int8))
+    assert torch.equal(bsum, expected.reshape(3, 16, 32).sum(-1))
+
+
 @pytest.mark.parametrize("rows", [2, 7, 16, 33, 70])  # 33 and 70: more rows than the kernel holds at once
 def test_a_row_is_the_same_bits_alone_and_among_others(kernel, rows):
     raw = kquant.random_blocks(kquant.Q4_K, 32, 512, np.random.default_rng(3))

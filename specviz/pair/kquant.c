@@ -30,24 +30,38 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define TILE 16
 #define PREFETCH 8 /* groups ahead whose codes a tile asks for while it works on the current one */
 #define ROWS 32 /* rows whose accumulators a tile keeps at once; more rows go in blocks of this many */
 
 /* x: M rows of K floats -> xq (int8, M x K), scale (M x K/block: x ~= scale * xq within each block),
- * bsum (M x K/G: the sum of xq over each group, as a float). Each row on its own. */
+ * bsum (M x K/G: the sum of xq over each group, as a float). Each row on its own, 8 values at a time
+ * (both bodies' CPUs have AVX2); the largest size, the rounding to nearest and the integer sums are
+ * what a scalar loop computes, bit for bit. */
 void kq_quantize(const float *x, int M, int K, int G, int block, int8_t *xq, float *scale, float *bsum) {
     const int blocks = K / block, groups = K / G;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int r = 0; r < M; r++) {
         const float *xr = x + (size_t)r * K;
         int8_t *qr = xq + (size_t)r * K;
         for (int b = 0; b < blocks; b++) {
-            float amax = 0.0f;
-            for (int i = 0; i < block; i++) amax = fmaxf(amax, fabsf(xr[b * block + i]));
+            const float *xb = xr + (size_t)b * block;
+            __m256 most = _mm256_setzero_ps();
+            for (int i = 0; i < block; i += 8) most = _mm256_max_ps(most, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)));
+            float lanes[8], amax = 0.0f;
+            _mm256_storeu_ps(lanes, most);
+            for (int i = 0; i < 8; i++) amax = fmaxf(amax, lanes[i]);
             const float a = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
             scale[(size_t)r * blocks + b] = a;
-            for (int i = 0; i < block; i++) qr[b * block + i] = (int8_t)nearbyintf(xr[b * block + i] * inv);
+            const __m256 invv = _mm256_set1_ps(inv);
+            for (int i = 0; i < block; i += 8) {
+                const __m256i q = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), invv),
+                                                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+                _mm_storel_epi64((__m128i *)(qr + b * block + i), _mm_packs_epi16(q16, q16));
+            }
         }
         for (int g = 0; g < groups; g++) {
             int s = 0;
@@ -163,36 +177,33 @@ static inline __attribute__((always_inline)) void tile_rows(
             const uint8_t *gc = tile_codes + (size_t)g * group_bytes;
             for (size_t line = 0; line < group_bytes; line += 64)
                 _mm_prefetch((const char *)(gc + PREFETCH * group_bytes + line), _MM_HINT_T0);
-            __m256i w[8][2];
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < 2; h++) { /* one half's codes in registers at a time: 8 of AVX2's 16 */
+                __m256i w[8];
                 if (four_bit) {
                     for (int p = 0; p < steps / 2; p++) {
                         const __m256i v = _mm256_loadu_si256((const __m256i *)(gc + 64 * p + 32 * h));
-                        w[p][h] = _mm256_and_si256(v, low);
-                        w[p + steps / 2][h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                        w[p] = _mm256_and_si256(v, low);
+                        w[p + steps / 2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                     }
                 } else {
-                    for (int s = 0; s < steps; s++) w[s][h] = _mm256_loadu_si256((const __m256i *)(gc + 64 * s + 32 * h));
+                    for (int s = 0; s < steps; s++) w[s] = _mm256_loadu_si256((const __m256i *)(gc + 64 * s + 32 * h));
                 }
-            }
-            for (int r = 0; r < rows; r++) {
-                const int32_t *xg = (const int32_t *)(xq + (size_t)(r0 + r) * K + (size_t)g * G);
-                const __m256 gsum = _mm256_set1_ps(bsum[(size_t)(r0 + r) * groups + g]);
-                for (int h = 0; h < 2; h++) {
+                for (int r = 0; r < rows; r++) {
+                    const int32_t *xg = (const int32_t *)(xq + (size_t)(r0 + r) * K + (size_t)g * G);
                     if (four_bit) { /* 4-bit codes: all 8 steps in int16 (at most 8 * 2 * 15 * 127 < 2^15) */
-                        __m256i sum = _mm256_maddubs_epi16(w[0][h], _mm256_set1_epi32(xg[0]));
+                        __m256i sum = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xg[0]));
                         for (int s = 1; s < steps; s++)
-                            sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[s][h], _mm256_set1_epi32(xg[s])));
+                            sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xg[s])));
                         dots[r][h] = _mm256_add_epi32(dots[r][h], _mm256_madd_epi16(sum, sv[h]));
                     } else { /* 6-bit codes: two steps at a time (at most 2 * 2 * 63 * 127 < 2^15) */
                         for (int s = 0; s < steps; s += 2) {
-                            const __m256i pair = _mm256_add_epi16(
-                                _mm256_maddubs_epi16(w[s][h], _mm256_set1_epi32(xg[s])),
-                                _mm256_maddubs_epi16(w[s + 1][h], _mm256_set1_epi32(xg[s + 1])));
+                            const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xg[s])),
+                                                                  _mm256_maddubs_epi16(w[s + 1], _mm256_set1_epi32(xg[s + 1])));
                             dots[r][h] = _mm256_add_epi32(dots[r][h], _mm256_madd_epi16(pair, sv[h]));
                         }
                     }
-                    mins[r][h] = _mm256_fmadd_ps(mv[h], gsum, mins[r][h]); /* exact: below 2^24 */
+                    /* exact: below 2^24 */
+                    mins[r][h] = _mm256_fmadd_ps(mv[h], _mm256_set1_ps(bsum[(size_t)(r0 + r) * groups + g]), mins[r][h]);
                 }
             }
         }
@@ -233,4 +244,22 @@ void kq_matmul(int M, int N, int K, int G, int block, int bits, const uint8_t *c
                 tile_rows(4, 0, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
         }
     }
+}
+
+/* One Linear layer's call: kq_quantize then kq_matmul, with the quantized rows in scratch memory of
+ * its own (one call from Python instead of two, and no tensors made for the rows' codes). Returns 0,
+ * or 1 where that memory could not be had. */
+int kq_linear(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc, const int8_t *mn,
+               const float *d, const float *dmin, const float *x, const float *bias, float *out, int threads) {
+    int8_t *xq = malloc((size_t)M * K);
+    float *scale = malloc(sizeof(float) * (size_t)M * (K / block)), *bsum = malloc(sizeof(float) * (size_t)M * (K / G));
+    const int failed = !(xq && scale && bsum);
+    if (!failed) {
+        kq_quantize(x, M, K, G, block, xq, scale, bsum);
+        kq_matmul(M, N, K, G, block, bits, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, threads);
+    }
+    free(xq);
+    free(scale);
+    free(bsum);
+    return failed;
 }

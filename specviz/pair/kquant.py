@@ -268,6 +268,8 @@ def load(library: Path) -> ctypes.CDLL:
     lib.kq_quantize.restype = None
     lib.kq_matmul.argtypes = [i, i, i, i, i, i, p, p, p, p, p, p, p, p, p, p, i]
     lib.kq_matmul.restype = None
+    lib.kq_linear.argtypes = [i, i, i, i, i, i, p, p, p, p, p, p, p, p, i]
+    lib.kq_linear.restype = i
     return lib
 
 
@@ -279,23 +281,22 @@ class KQuantLinear(torch.nn.Module):
         self.packed, self.library = packed, library
         self.in_features, self.out_features = packed.in_features, packed.out_features
         self.bias = None if bias is None else bias.detach().float().contiguous()
-        self._lib = load(library)
+        # a token's pass makes about 200 of these calls: what does not change is looked up once
+        self._call = load(library).kq_linear
+        self._weights = tuple(t.data_ptr() for t in (packed.codes, packed.sc, packed.mn, packed.d, packed.dmin))
+        self._bias = 0 if self.bias is None else self.bias.data_ptr()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        p, lib = self.packed, self._lib
-        rows = x.reshape(-1, self.in_features).float().contiguous()
-        count = rows.shape[0]
-        xq = torch.empty(count, p.in_features, dtype=torch.int8)
-        scale = torch.empty(count, p.in_features // p.block)
-        bsum = torch.empty(count, p.in_features // p.group)
-        lib.kq_quantize(rows.data_ptr(), count, p.in_features, p.group, p.block, xq.data_ptr(), scale.data_ptr(),
-                        bsum.data_ptr())
-        out = torch.empty(count, p.out_features)
-        lib.kq_matmul(count, p.out_features, p.in_features, p.group, p.block, p.bits, p.codes.data_ptr(), p.sc.data_ptr(),
-                      p.mn.data_ptr(), p.d.data_ptr(), p.dmin.data_ptr(), xq.data_ptr(), scale.data_ptr(),
-                      bsum.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(), out.data_ptr(),
-                      torch.get_num_threads())
-        return out.reshape(*x.shape[:-1], p.out_features).to(x.dtype)
+        p = self.packed
+        rows = x.reshape(-1, self.in_features)
+        if rows.dtype != torch.float32 or not rows.is_contiguous():
+            rows = rows.float().contiguous()
+        out = torch.empty(rows.shape[0], p.out_features)
+        if self._call(rows.shape[0], p.out_features, p.in_features, p.group, p.block, p.bits, *self._weights,
+                      rows.data_ptr(), self._bias, out.data_ptr(), torch.get_num_threads()):
+            raise MemoryError(f"no memory for the codes of {rows.shape[0]} rows")
+        out = out.view(*x.shape[:-1], p.out_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.packed.kind} codes"
