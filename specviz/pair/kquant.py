@@ -264,10 +264,8 @@ def build(into: Path, flags: frozenset[str]) -> Path:
 def load(library: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library))
     p, i = ctypes.c_void_p, ctypes.c_int
-    lib.kq_quantize.argtypes = [p, i, i, i, i, p, p, p]
+    lib.kq_quantize.argtypes = [p, i, i, i, i, p, p, p]  # what kq_linear does to the rows first
     lib.kq_quantize.restype = None
-    lib.kq_matmul.argtypes = [i, i, i, i, i, i, p, p, p, p, p, p, p, p, p, p, i]
-    lib.kq_matmul.restype = None
     lib.kq_linear.argtypes = [i, i, i, i, i, i, p, p, p, p, p, p, p, p, i]
     lib.kq_linear.restype = i
     return lib
