@@ -38,8 +38,8 @@
 
 /* x: M rows of K floats -> xq (int8, M x K), scale (M x K/block: x ~= scale * xq within each block),
  * bsum (M x K/G: the sum of xq over each group, as a float). Each row on its own, 8 values at a time
- * (both bodies' CPUs have AVX2); the largest size, the rounding to nearest and the integer sums are
- * what a scalar loop computes, bit for bit. */
+ * (both bodies' CPUs have AVX2); for finite values the largest size, the rounding to nearest and
+ * the integer sums are what a scalar loop computes, bit for bit. */
 void kq_quantize(const float *x, int M, int K, int G, int block, int8_t *xq, float *scale, float *bsum) {
     const int blocks = K / block, groups = K / G;
     const __m256 sign = _mm256_set1_ps(-0.0f);
