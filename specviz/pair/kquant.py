@@ -6,10 +6,10 @@ bytes and so are fast for one row, but their cost grows with the rows (8 rows co
 16 twice that; ../shared/KERNELS.md), and a verification window is 8-20 rows. The kernel here
 unpacks each tile of 16 output channels x one group of inputs once and multiplies it with every row
 of the call with the CPU's integer dot product (AVX512-VNNI, or AVX2's pair of multiply-adds), the
-way llama.cpp multiplies K-quants, but with all the rows sharing the unpacked tile. Activations are quantized to int8 per row and per
-block of 256 inputs (llama.cpp's Q8_K scheme), so a row's result depends on that row alone and is
-the same bits in a one-token pass and in a window: greedy speculative decoding stays lossless by
-construction, which `cpu.rows_exact` checks at load.
+way llama.cpp multiplies K-quants, but with all the rows sharing the unpacked tile. Activations are
+quantized to int8 per row and per block of 256 inputs (llama.cpp's Q8_K scheme), so a row's result
+depends on that row alone and is the same bits in a one-token pass and in a window: greedy
+speculative decoding stays lossless by construction, which `cpu.rows_exact` checks at load.
 
 The weights are exactly the GGUF's: code, per-group integer scale and minimum, per-256 float
 scales, d*sc*code - dmin*mn. Only the activations are rounded (to 8 bits per value, as llama.cpp
