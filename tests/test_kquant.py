@@ -53,10 +53,12 @@ def test_a_gguf_file_packs_its_k_quant_linear_layers_and_only_those(tmp_path):
     writer.close()
 
     destination = tmp_path / "packed.safetensors"
-    assert kquant.pack_gguf(path, destination) == 3  # the embeddings are no Linear layer
+    assert kquant.pack_gguf(path, destination) == 4  # not the norm
     packed = kquant.read_packed(destination)
-    assert set(packed) == {"model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "lm_head"}
-    for name, module in [("blk.0.ffn_up.weight", "model.layers.0.mlp.up_proj"), ("output.weight", "lm_head")]:
+    assert set(packed) == {"model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "lm_head",
+                           "model.embed_tokens"}
+    for name, module in [("blk.0.ffn_up.weight", "model.layers.0.mlp.up_proj"), ("output.weight", "lm_head"),
+                         ("token_embd.weight", "model.embed_tokens")]:
         kind, out, _ = blocks[name]
         assert packed[module].kind == kind
         assert np.array_equal(packed[module].weights().numpy(),
@@ -127,10 +129,13 @@ def kquant_llama(seed: int):
 
 
 def random_packing(model, seed: int) -> dict[str, kquant.Packed]:
-    """Every Linear layer of `model` as random K-quant codes: Q6_K for the output layer and the down
-    projections (as Q4_K_M files store them), Q4_K elsewhere; sharp enough that choices are clear."""
+    """Every Linear layer of `model` and its token embeddings as random K-quant codes: Q6_K for the
+    output layer and the down projections (as Q4_K_M files store them), Q4_K elsewhere; sharp enough
+    that choices are clear."""
     generator, packed = np.random.default_rng(seed), {}
     for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding):
+            module = torch.nn.Linear(module.embedding_dim, module.num_embeddings)  # the table's shape as a GGUF's
         if isinstance(module, torch.nn.Linear):
             kind = kquant.Q6_K if name == "lm_head" or name.endswith("down_proj") else kquant.Q4_K
             raw = kquant.random_blocks(kind, module.out_features, module.in_features, generator)
@@ -143,10 +148,15 @@ def test_a_target_on_k_quant_codes_is_row_exact_and_lossless(kernel):
     target, draft = kquant_llama(0), kquant_llama(0)
     packed = random_packing(target, 0)
     assert "Q4_K/Q6_K" in cpu.prepare_target(target, "kquant", packed=packed, kernel=kernel)
+    # the embeddings are looked up from their codes: the same values, without a float32 table
+    embeddings = target.model.embed_tokens
+    assert isinstance(embeddings, kquant.KQuantEmbedding)
+    ids = torch.tensor([[3, 17, 63], [0, 3, 40]])
+    assert torch.equal(embeddings(ids), torch.nn.functional.embedding(ids, packed["model.embed_tokens"].weights()))
     draft_packing = random_packing(draft, 0)  # the same codes: a draft that agrees, then jitter it
     cpu.to_kquant(draft, draft_packing, kernel)
     with torch.no_grad():
-        draft.model.embed_tokens.weight.add_(0.05 * torch.randn_like(draft.model.embed_tokens.weight))
+        draft.model.norm.weight.mul_(1 + 0.05 * torch.randn_like(draft.model.norm.weight))
     assert cpu.rows_exact(target)
     assert accepted_losslessly(build_pair("tiny", target, draft, None)) > 0
 
@@ -200,3 +210,30 @@ def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeyp
     line = cpu.prepare_draft(draft, "kquant", kernel)
     assert line.startswith("draft 4-bit") and isinstance(draft.lm_head, kquant.KQuantLinear)
     assert cpu.rows_exact(draft)  # so a catch-up may feed it several tokens in one call
+
+
+def mapped(path: Path) -> bool:
+    return str(path) in Path("/proc/self/maps").read_text()
+
+
+@needs_kernel
+def test_the_k_quant_set_ups_let_the_loaded_weights_file_go(kernel, tmp_path):
+    """A safetensors file is mapped whole and the pages a load read stay resident while any tensor of
+    it lives: after set-up, nothing of the file may remain (the real pair: 2.3 GB less)."""
+    import gc
+
+    from transformers import LlamaForCausalLM
+
+    kquant_llama(4).save_pretrained(tmp_path / "target")
+    kquant_llama(5).save_pretrained(tmp_path / "draft")
+    target = LlamaForCausalLM.from_pretrained(tmp_path / "target")
+    draft = LlamaForCausalLM.from_pretrained(tmp_path / "draft")
+    files = [tmp_path / name / "model.safetensors" for name in ("target", "draft")]
+    if not all(mapped(file) for file in files):
+        pytest.skip("transformers read the weights without mapping the file")
+    before = target.model.norm.weight.clone()
+    cpu.prepare_target(target, "kquant", packed=random_packing(target, 4), kernel=kernel)
+    cpu.prepare_draft(draft, "kquant", kernel)
+    gc.collect()
+    assert not any(mapped(file) for file in files)
+    assert torch.equal(target.model.norm.weight, before)  # the same values, in memory of its own

@@ -89,15 +89,21 @@ class Packed:
     def weights(self) -> torch.Tensor:
         """The float32 weights (out x in) these codes and scales stand for: the kernel's layout read
         back, for checking it against the GGUF's own dequantization."""
-        tiles, steps = self.out_features // TILE, self.group // 4
-        codes = self.codes.numpy().reshape(tiles, self.in_features // self.group, -1, TILE, 4)
+        return self.rows(torch.arange(self.out_features))
+
+    def rows(self, channels: torch.Tensor) -> torch.Tensor:
+        """The float32 weights of some output channels (len x in), the same values `weights` gives:
+        how a token embedding table kept in its codes looks its rows up."""
+        channels = channels.reshape(-1).long()
+        tile, channel = channels // TILE, channels % TILE
+        stored_steps = self.group // 4 if self.kind == Q6_K else self.group // 8  # 4-bit: two codes a byte
+        tiled = self.codes.view(self.out_features // TILE, self.in_features // self.group, stored_steps, TILE, 4)
+        codes = tiled[tile, :, :, channel]  # (channels, groups, steps, 4 inputs)
         if self.kind != Q6_K:
-            codes = np.concatenate([codes & 0xF, codes >> 4], axis=2)
-        codes = codes.reshape(tiles, -1, steps, TILE, 4).transpose(0, 3, 1, 2, 4).reshape(self.out_features, -1)
-        per_group = (lambda a: a.numpy().transpose(0, 2, 1).reshape(self.out_features, -1))
-        d, dmin = per_group(self.d), per_group(self.dmin)
-        return torch.from_numpy(_weights(codes, per_group(self.sc), per_group(self.mn), d, dmin, self.group,
-                                         self.block))
+            codes = torch.cat([codes & 0xF, codes >> 4], dim=2)
+        ours = (lambda a: a[tile, :, channel].numpy())  # (channels, groups or blocks)
+        return torch.from_numpy(_weights(codes.reshape(len(channels), -1).numpy(), ours(self.sc), ours(self.mn),
+                                         ours(self.d), ours(self.dmin), self.group, self.block))
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.sc, self.mn, self.d, self.dmin))
@@ -278,7 +284,8 @@ class KQuantLinear(torch.nn.Module):
         super().__init__()
         self.packed, self.library = packed, library
         self.in_features, self.out_features = packed.in_features, packed.out_features
-        self.bias = None if bias is None else bias.detach().float().contiguous()
+        # a copy of its own: the loaded bias may lie in the weights file's mapping (cpu.own_memory)
+        self.bias = None if bias is None else bias.detach().float().clone()
         # a token's pass makes about 200 of these calls: what does not change is looked up once
         self._call = load(library).kq_linear
         self._weights = tuple(t.data_ptr() for t in (packed.codes, packed.sc, packed.mn, packed.d, packed.dmin))
@@ -300,6 +307,23 @@ class KQuantLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.packed.kind} codes"
 
 
+class KQuantEmbedding(torch.nn.Module):
+    """A token embedding table kept in its GGUF's codes: a token's row is unpacked when it is looked up,
+    to the same float32 values the fp32 table holds (a pass looks up a few rows; the fp32 table of the
+    real pair's target is 0.9 GB, its Q4_K codes 0.14)."""
+
+    def __init__(self, packed: Packed):
+        super().__init__()
+        self.packed = packed
+        self.num_embeddings, self.embedding_dim = packed.out_features, packed.in_features
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.packed.rows(ids).view(*ids.shape, self.embedding_dim)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, {self.packed.kind} codes"
+
+
 # ---- the packed file in the cache -------------------------------------------------------------
 
 # GGUF tensor names (llama.cpp's) -> the module each is in transformers' Qwen2/Llama models.
@@ -310,9 +334,11 @@ _MODULES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v"
 
 def module_name(gguf_name: str) -> str | None:
     """The transformers module of a GGUF weight ("blk.3.ffn_up.weight" -> "model.layers.3.mlp.up_proj"),
-    or None for what is not a Linear layer's weight (norms, biases, the token embeddings)."""
+    or None for what is neither a Linear layer's weight nor the token embeddings (norms, biases)."""
     if gguf_name == "output.weight":
         return "lm_head"
+    if gguf_name == "token_embd.weight":
+        return "model.embed_tokens"
     parts = gguf_name.split(".")
     if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _MODULES:
         return f"model.layers.{parts[1]}.{_MODULES[parts[2]]}"
@@ -320,9 +346,9 @@ def module_name(gguf_name: str) -> str | None:
 
 
 def pack_gguf(gguf_path: Path, destination: Path) -> int:
-    """Every Linear layer of a GGUF file stored in Q4_K or Q6_K, packed for the kernel into one
-    safetensors file (written whole or not at all); returns how many layers it holds. Layers in
-    other types are left out: they keep the set-up the rest of the model gets."""
+    """Every Linear layer of a GGUF file stored in Q4_K or Q6_K, and its token embeddings if so stored,
+    packed for the kernel into one safetensors file (written whole or not at all); returns how many
+    tables it holds. Those in other types are left out: they keep the set-up the rest of the model gets."""
     from gguf import GGUFReader
     from safetensors.torch import save_file
 
