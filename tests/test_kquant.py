@@ -161,6 +161,27 @@ def test_a_target_on_k_quant_codes_is_row_exact_and_lossless(kernel):
     assert accepted_losslessly(build_pair("tiny", target, draft, None)) > 0
 
 
+@needs_kernel
+def test_layers_reading_one_input_run_as_one_call_with_the_same_bits(kernel):
+    target = kquant_llama(3)
+    packed = random_packing(target, 3)
+    packed["model.layers.1.self_attn.v_proj"] = kquant.pack(  # a Q6_K v beside Q4_K q and k, as in a Q4_K_M file
+        kquant.Q6_K, kquant.random_blocks(kquant.Q6_K, 128, 256, np.random.default_rng(3)), 128, 256)
+    apart = {name: kquant.KQuantLinear(layer, None, kernel) for name, layer in packed.items() if name != "model.embed_tokens"}
+    cpu.to_kquant(target, packed, kernel)
+    layers = target.model.layers
+    assert isinstance(layers[0].self_attn.v_proj, kquant.KQuantPart) and layers[0].self_attn.v_proj.joint.out_features == 512
+    assert isinstance(layers[1].self_attn.v_proj, kquant.KQuantLinear) and isinstance(layers[1].self_attn.k_proj, kquant.KQuantPart)
+    assert layers[0].mlp.gate_proj.joint is layers[0].mlp.up_proj.joint
+    ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        together = target(input_ids=ids).logits
+        for name, layer in apart.items():
+            parent, _, child = name.rpartition(".")
+            setattr(target.get_submodule(parent), child, layer)
+        assert torch.equal(together, target(input_ids=ids).logits)
+
+
 def test_the_set_up_is_chosen_by_what_the_cpu_can_do(kernel, monkeypatch):
     model = kquant_llama(1)
     packed = random_packing(model, 1)

@@ -35,12 +35,12 @@ class CachedModel:
     """A causal LM with its KV cache; `length` is how many tokens the cache holds."""
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, device: torch.device):
-        from transformers import DynamicCache
+        from ..pair.kvcache import new_cache
 
         self.model = model
         self.vocab_size = vocab_size
         self.device = device
-        self.cache = DynamicCache(config=model.config)
+        self.cache = new_cache(model.config)
         self.length = 0
 
     def forward(self, token_ids: list[int], keep: int = 1) -> torch.Tensor | None:

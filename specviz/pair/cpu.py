@@ -397,7 +397,8 @@ def row_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
         q = query[:, :, row, :].reshape(batch, kv_heads, group, dim)
         o = F.scaled_dot_product_attention(q, key[:, :, :seen], value[:, :, :seen], scale=scaling)
         out.append(o.reshape(batch, heads, 1, dim))
-    return torch.cat(out, dim=2).transpose(1, 2).contiguous(), None
+    together = out[0] if rows == 1 else torch.cat(out, dim=2)  # (a one-token pass: nothing to join)
+    return together.transpose(1, 2).contiguous(), None
 
 
 def _register_row_attention() -> None:
@@ -475,16 +476,16 @@ def wanted(env: str, environ: Mapping[str, str] | None = None) -> str:
 def rows_exact(model: torch.nn.Module, context: int = 40, window: int = 8, seed: int = 0) -> bool:
     """Whether the model's logits for a row are the same bits in a pass over `window` new tokens
     as in one-token passes, after `context` tokens: the property the lossless check rests on."""
-    from transformers import DynamicCache
+    from .kvcache import new_cache
 
     generator = torch.Generator().manual_seed(seed)
     vocab = int(model.config.vocab_size)
     ids = torch.randint(0, vocab, (1, context + window), generator=generator)
     with torch.inference_mode():
-        one_pass = DynamicCache(config=model.config)
+        one_pass = new_cache(model.config)
         model(input_ids=ids[:, :context], cache=one_pass, use_cache=True)
         together = model(input_ids=ids[:, context:], cache=one_pass, use_cache=True).logits[0]
-        one_by_one = DynamicCache(config=model.config)
+        one_by_one = new_cache(model.config)
         model(input_ids=ids[:, :context], cache=one_by_one, use_cache=True)
         apart = torch.cat([model(input_ids=ids[:, context + i: context + i + 1], cache=one_by_one,
                                  use_cache=True).logits[0] for i in range(window)])
@@ -600,18 +601,34 @@ def kquant_draft_pays(draft: torch.nn.Module, kernel: Path, repeats: int = 5) ->
 
 
 def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path) -> int:
-    """In place: every Linear layer the GGUF stored in K-quants runs on its codes, and the token
-    embeddings, where the GGUF stored them so, are looked up from theirs; the rest (norms, biases,
-    attention) stays as loaded. One table at a time, giving the fp32 weights back as it goes.
-    Returns how many were replaced."""
-    for name, layer in packed.items():
+    """In place: every Linear layer the GGUF stored in K-quants runs on its codes (layers that read
+    the same input as one call: kquant.KQuantPart), and the token embeddings, where the GGUF stored
+    them so, are looked up from theirs; the rest (norms, biases, attention) stays as loaded. One
+    table at a time, giving the fp32 weights back as it goes. Returns how many were replaced."""
+    def put(name: str, module: torch.nn.Module) -> None:
         parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        old = getattr(parent, child)
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+    done = set()
+    for group in kquant.joinable(dict(packed)):
+        linears = [model.get_submodule(name) for name in group]
+        biases = [linear.bias if linear.bias is not None else torch.zeros(linear.out_features) for linear in linears]
+        bias = None if all(linear.bias is None for linear in linears) else torch.cat(biases)
+        joint = kquant.KQuantLinear(kquant.joined([packed[name] for name in group]), bias, kernel)
+        start = 0
+        for name in group:
+            put(name, kquant.KQuantPart(joint, start, start + packed[name].out_features))
+            start += packed[name].out_features
+        done.update(group)
+        del linears, biases
+    for name, layer in packed.items():
+        if name in done:
+            continue
+        old = model.get_submodule(name)
         if isinstance(old, torch.nn.Embedding):
-            setattr(parent, child, kquant.KQuantEmbedding(layer))
+            put(name, kquant.KQuantEmbedding(layer.copy()))
         else:
-            setattr(parent, child, kquant.KQuantLinear(layer, old.bias, kernel))
+            put(name, kquant.KQuantLinear(layer.copy(), old.bias, kernel))
         del old
     _give_back_memory()
     return len(packed)

@@ -105,6 +105,12 @@ class Packed:
         return torch.from_numpy(_weights(codes.reshape(len(channels), -1).numpy(), ours(self.sc), ours(self.mn),
                                          ours(self.d), ours(self.dmin), self.group, self.block))
 
+    def copy(self) -> Packed:
+        """The same codes in memory of its own (those read from the packed file lie in its mapping,
+        which keeps every page read resident while any of its tensors lives)."""
+        return Packed(self.kind, self.out_features, self.in_features,
+                      *(getattr(self, name).clone() for name in ("codes", "sc", "mn", "d", "dmin")))
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.sc, self.mn, self.d, self.dmin))
 
@@ -290,6 +296,7 @@ class KQuantLinear(torch.nn.Module):
         self._call = load(library).kq_linear
         self._weights = tuple(t.data_ptr() for t in (packed.codes, packed.sc, packed.mn, packed.d, packed.dmin))
         self._bias = 0 if self.bias is None else self.bias.data_ptr()
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # the last input and output, for KQuantPart
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.packed
@@ -322,6 +329,57 @@ class KQuantEmbedding(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, {self.packed.kind} codes"
+
+
+class KQuantPart(torch.nn.Module):
+    """One of several Linear layers that read the same input (a layer's q, k and v projections, its
+    MLP's gate and up), all run as one KQuantLinear over their codes concatenated (`joined`): one
+    kernel call and one quantization of the rows instead of two or three. A channel's result depends
+    on its own tile and the row alone, so every result is the same bits as apart. The first part
+    called with an input computes all parts; the others, called with that very tensor, take their
+    columns of it."""
+
+    def __init__(self, joint: KQuantLinear, start: int, stop: int):
+        super().__init__()
+        self.joint, self.start, self.stop = joint, start, stop
+        self.in_features, self.out_features = joint.in_features, stop - start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        last = self.joint.last
+        if last is None or last[0] is not x:  # (identity: the input is held, so its id is not reused)
+            last = self.joint.last = (x, self.joint(x))
+        return last[1][..., self.start:self.stop]
+
+    def extra_repr(self) -> str:
+        return f"outputs {self.start}-{self.stop} of {self.joint.out_features}"
+
+
+# Sibling modules (of one transformers decoder layer) that read the same input.
+SHARED_INPUT = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("mlp.gate_proj", "mlp.up_proj"))
+
+
+def joinable(packed: dict[str, Packed]) -> list[list[str]]:
+    """The groups of packed modules to run as one call (KQuantPart): siblings reading the same input
+    whose codes are of one kind (a Q4_K_M file stores some v projections in Q6_K, its q and k in Q4_K)."""
+    groups = []
+    for name, first in packed.items():
+        for siblings in SHARED_INPUT:
+            if name.endswith("." + siblings[0]):
+                layer = name[: -len(siblings[0])]
+                group = [layer + s for s in siblings if layer + s in packed and packed[layer + s].kind == first.kind
+                         and packed[layer + s].in_features == first.in_features]
+                if len(group) > 1:
+                    groups.append(group)
+    return groups
+
+
+def joined(parts: list[Packed]) -> Packed:
+    """Layers of one kind and input width as one layer, their output tiles one after another."""
+    first = parts[0]
+    if any(part.kind != first.kind or part.in_features != first.in_features for part in parts):
+        raise ValueError("only layers of one kind and input width join")
+    return Packed(first.kind, sum(part.out_features for part in parts), first.in_features,
+                  *(torch.cat([getattr(part, name) for part in parts]) for name in ("codes", "sc", "mn", "d", "dmin")))
 
 
 # ---- the packed file in the cache -------------------------------------------------------------
