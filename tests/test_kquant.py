@@ -41,6 +41,7 @@ def test_blocks_unpack_to_what_the_gguf_dequantizes_to(kind):
 def test_a_gguf_file_packs_its_k_quant_linear_layers_and_only_those(tmp_path):
     generator, path = np.random.default_rng(1), tmp_path / "tiny.gguf"
     blocks = {"blk.0.ffn_up.weight": (kquant.Q4_K, 48, 512), "blk.0.ffn_down.weight": (kquant.Q6_K, 32, 256),
+              "blk.0.ffn_gate.weight": (kquant.Q4_K, 32, 512),
               "output.weight": (kquant.Q6_K, 16, 256), "token_embd.weight": (kquant.Q4_K, 16, 256)}
     raws = {name: kquant.random_blocks(kind, out, into, generator) for name, (kind, out, into) in blocks.items()}
     writer = GGUFWriter(str(path), "qwen2")
@@ -53,16 +54,18 @@ def test_a_gguf_file_packs_its_k_quant_linear_layers_and_only_those(tmp_path):
     writer.close()
 
     destination = tmp_path / "packed.safetensors"
-    assert kquant.pack_gguf(path, destination) == 4  # not the norm
+    assert kquant.pack_gguf(path, destination) == 4  # not the norm; gate and up joined
     packed = kquant.read_packed(destination)
-    assert set(packed) == {"model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj", "lm_head",
-                           "model.embed_tokens"}
-    for name, module in [("blk.0.ffn_up.weight", "model.layers.0.mlp.up_proj"), ("output.weight", "lm_head"),
-                         ("token_embd.weight", "model.embed_tokens")]:
-        kind, out, _ = blocks[name]
+    gate_up = "model.layers.0.mlp.gate_proj,model.layers.0.mlp.up_proj"
+    assert set(packed) == {gate_up, "model.layers.0.mlp.down_proj", "lm_head", "model.embed_tokens"}
+    dequantized = {name: quants.dequantize(raws[name].reshape(out, -1), KINDS[kind])
+                   for name, (kind, out, _) in blocks.items()}
+    for module, kind, expected in [
+            (gate_up, kquant.Q4_K, np.concatenate([dequantized["blk.0.ffn_gate.weight"], dequantized["blk.0.ffn_up.weight"]])),
+            ("lm_head", kquant.Q6_K, dequantized["output.weight"]),
+            ("model.embed_tokens", kquant.Q4_K, dequantized["token_embd.weight"])]:
         assert packed[module].kind == kind
-        assert np.array_equal(packed[module].weights().numpy(),
-                              quants.dequantize(raws[name].reshape(out, -1), KINDS[kind]))
+        assert np.array_equal(packed[module].weights().numpy(), expected)
 
 
 def quantized_activations(x: torch.Tensor, block: int = 256) -> torch.Tensor:
@@ -168,7 +171,7 @@ def test_layers_reading_one_input_run_as_one_call_with_the_same_bits(kernel):
     packed["model.layers.1.self_attn.v_proj"] = kquant.pack(  # a Q6_K v beside Q4_K q and k, as in a Q4_K_M file
         kquant.Q6_K, kquant.random_blocks(kquant.Q6_K, 128, 256, np.random.default_rng(3)), 128, 256)
     apart = {name: kquant.KQuantLinear(layer, None, kernel) for name, layer in packed.items() if name != "model.embed_tokens"}
-    cpu.to_kquant(target, packed, kernel)
+    cpu.to_kquant(target, kquant.with_shared_inputs_joined(packed), kernel)
     layers = target.model.layers
     assert isinstance(layers[0].self_attn.v_proj, kquant.KQuantPart) and layers[0].self_attn.v_proj.joint.out_features == 512
     assert isinstance(layers[1].self_attn.v_proj, kquant.KQuantLinear) and isinstance(layers[1].self_attn.k_proj, kquant.KQuantPart)

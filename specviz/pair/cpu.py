@@ -569,7 +569,8 @@ def kquant_pays(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], ker
                 repeats: int = 5) -> bool:
     """Whether the K-quant kernel is faster here than the set-up the target would otherwise get,
     timed on the model's widest packed layer for one row and for a window of 8 (a second or two)."""
-    linears = [name for name in packed if isinstance(model.get_submodule(name), torch.nn.Linear)]
+    linears = [name for name in packed if kquant.JOIN not in name
+               and isinstance(model.get_submodule(name), torch.nn.Linear)]
     if not linears:
         return True
     name = max(linears, key=lambda n: packed[n].out_features * packed[n].in_features)
@@ -601,35 +602,29 @@ def kquant_draft_pays(draft: torch.nn.Module, kernel: Path, repeats: int = 5) ->
 
 
 def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path) -> int:
-    """In place: every Linear layer the GGUF stored in K-quants runs on its codes (layers that read
-    the same input as one call: kquant.KQuantPart), and the token embeddings, where the GGUF stored
-    them so, are looked up from theirs; the rest (norms, biases, attention) stays as loaded. One
-    table at a time, giving the fp32 weights back as it goes. Returns how many were replaced."""
+    """In place: every Linear layer the GGUF stored in K-quants runs on its codes (layers stored
+    joined, which read one input, as one call: kquant.KQuantPart), and the token embeddings, where
+    the GGUF stored them so, are looked up from theirs; the rest (norms, biases, attention) stays as
+    loaded. One table at a time, giving the fp32 weights back as it goes. Returns how many tables."""
     def put(name: str, module: torch.nn.Module) -> None:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
 
-    done = set()
-    for group in kquant.joinable(dict(packed)):
-        linears = [model.get_submodule(name) for name in group]
-        biases = [linear.bias if linear.bias is not None else torch.zeros(linear.out_features) for linear in linears]
-        bias = None if all(linear.bias is None for linear in linears) else torch.cat(biases)
-        joint = kquant.KQuantLinear(kquant.joined([packed[name] for name in group]), bias, kernel)
-        start = 0
-        for name in group:
-            put(name, kquant.KQuantPart(joint, start, start + packed[name].out_features))
-            start += packed[name].out_features
-        done.update(group)
-        del linears, biases
     for name, layer in packed.items():
-        if name in done:
-            continue
-        old = model.get_submodule(name)
-        if isinstance(old, torch.nn.Embedding):
-            put(name, kquant.KQuantEmbedding(layer.copy()))
+        olds = [model.get_submodule(part) for part in name.split(kquant.JOIN)]
+        if isinstance(olds[0], torch.nn.Embedding):
+            put(name, kquant.KQuantEmbedding(layer))
+        elif len(olds) == 1:
+            put(name, kquant.KQuantLinear(layer, olds[0].bias, kernel))
         else:
-            put(name, kquant.KQuantLinear(layer.copy(), old.bias, kernel))
-        del old
+            biases = [old.bias if old.bias is not None else torch.zeros(old.out_features) for old in olds]
+            bias = None if all(old.bias is None for old in olds) else torch.cat(biases)
+            joint, start = kquant.KQuantLinear(layer, bias, kernel), 0
+            for part, old in zip(name.split(kquant.JOIN), olds):
+                put(part, kquant.KQuantPart(joint, start, start + old.out_features))
+                start += old.out_features
+            del biases
+        del olds
     _give_back_memory()
     return len(packed)
 

@@ -105,12 +105,6 @@ class Packed:
         return torch.from_numpy(_weights(codes.reshape(len(channels), -1).numpy(), ours(self.sc), ours(self.mn),
                                          ours(self.d), ours(self.dmin), self.group, self.block))
 
-    def copy(self) -> Packed:
-        """The same codes in memory of its own (those read from the packed file lie in its mapping,
-        which keeps every page read resident while any of its tensors lives)."""
-        return Packed(self.kind, self.out_features, self.in_features,
-                      *(getattr(self, name).clone() for name in ("codes", "sc", "mn", "d", "dmin")))
-
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.sc, self.mn, self.d, self.dmin))
 
@@ -358,6 +352,9 @@ class KQuantPart(torch.nn.Module):
 SHARED_INPUT = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("mlp.gate_proj", "mlp.up_proj"))
 
 
+JOIN = ","  # between the module names of layers stored joined ("...q_proj,...k_proj")
+
+
 def joinable(packed: dict[str, Packed]) -> list[list[str]]:
     """The groups of packed modules to run as one call (KQuantPart): siblings reading the same input
     whose codes are of one kind (a Q4_K_M file stores some v projections in Q6_K, its q and k in Q4_K)."""
@@ -380,6 +377,16 @@ def joined(parts: list[Packed]) -> Packed:
         raise ValueError("only layers of one kind and input width join")
     return Packed(first.kind, sum(part.out_features for part in parts), first.in_features,
                   *(torch.cat([getattr(part, name) for part in parts]) for name in ("codes", "sc", "mn", "d", "dmin")))
+
+
+def with_shared_inputs_joined(packed: dict[str, Packed]) -> dict[str, Packed]:
+    """The packed layers with each joinable group stored as one, under its modules' names joined by
+    JOIN. Done when the file is written, so that a load maps the joined codes as they are (joining at
+    load would hold a copy beside the file's pages)."""
+    out = dict(packed)
+    for group in joinable(packed):
+        out[JOIN.join(group)] = joined([out.pop(name) for name in group])
+    return out
 
 
 # ---- the packed file in the cache -------------------------------------------------------------
@@ -405,12 +412,13 @@ def module_name(gguf_name: str) -> str | None:
 
 def pack_gguf(gguf_path: Path, destination: Path) -> int:
     """Every Linear layer of a GGUF file stored in Q4_K or Q6_K, and its token embeddings if so stored,
-    packed for the kernel into one safetensors file (written whole or not at all); returns how many
-    tables it holds. Those in other types are left out: they keep the set-up the rest of the model gets."""
+    packed for the kernel into one safetensors file (written whole or not at all), layers that read
+    one input joined (`with_shared_inputs_joined`); returns how many tables it holds. Those in other
+    types are left out: they keep the set-up the rest of the model gets."""
     from gguf import GGUFReader
     from safetensors.torch import save_file
 
-    tensors, kinds = {}, {}
+    packed: dict[str, Packed] = {}
     for tensor in GGUFReader(str(gguf_path)).tensors:
         name, kind = module_name(tensor.name), tensor.tensor_type.name
         if name is None or kind not in GROUP:
@@ -418,19 +426,21 @@ def pack_gguf(gguf_path: Path, destination: Path) -> int:
         in_features, out_features = (int(n) for n in tensor.shape[:2])
         if not fits(out_features, in_features):
             continue
-        tensors.update(pack(kind, np.asarray(tensor.data), out_features, in_features).tensors(name))
-        kinds[name] = kind
+        packed[name] = pack(kind, np.asarray(tensor.data), out_features, in_features)
+    packed = with_shared_inputs_joined(packed)
+    tensors = {key: value for name, layer in packed.items() for key, value in layer.tensors(name).items()}
     staging = destination.with_name(destination.name + f".tmp-{os.getpid()}")
     try:
-        save_file(tensors, str(staging), metadata={name: kind for name, kind in kinds.items()})
+        save_file(tensors, str(staging), metadata={name: layer.kind for name, layer in packed.items()})
         os.replace(staging, destination)
     finally:
         staging.unlink(missing_ok=True)
-    return len(kinds)
+    return len(packed)
 
 
 def read_packed(path: Path) -> dict[str, Packed]:
-    """The packed layers of a file written by `pack_gguf`, by module name."""
+    """The packed layers of a file written by `pack_gguf`, by module name (joined layers: their names
+    joined by JOIN; a file packed before layers were joined has none)."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
