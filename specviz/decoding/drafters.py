@@ -35,9 +35,12 @@ class CachedModel:
     """A causal LM with its KV cache; `length` is how many tokens the cache holds."""
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, device: torch.device):
+        from ..pair import forward
         from ..pair.kvcache import new_cache
 
         self.model = model
+        # the same bits as calling the model, without transformers' per-call machinery, where it can
+        self.lean = forward.logits if forward.supports(model) else None
         self.vocab_size = vocab_size
         self.device = device
         self.cache = new_cache(model.config)
@@ -48,6 +51,9 @@ class CachedModel:
         With keep=0 only the cache is filled: the output layer is skipped and None returned."""
         inputs = torch.tensor([token_ids], dtype=torch.long, device=self.device)
         self.length += len(token_ids)
+        if self.lean is not None:
+            logits = self.lean(self.model, inputs, self.cache, keep)
+            return None if logits is None else logits[0, -keep:, : self.vocab_size].float()
         if keep == 0:
             self.model.get_decoder()(input_ids=inputs, cache=self.cache, use_cache=True)
             return None
