@@ -621,7 +621,7 @@ def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kerne
             bias = None if all(old.bias is None for old in olds) else torch.cat(biases)
             joint, start = kquant.KQuantLinear(layer, bias, kernel), 0
             for part, old in zip(name.split(kquant.JOIN), olds):
-                put(part, kquant.KQuantPart(joint, start, start + old.out_features))
+                put(part, kquant.KQuantPart(joint, start, start + old.out_features, len(olds)))
                 start += old.out_features
             del biases
         del olds

@@ -290,7 +290,7 @@ class KQuantLinear(torch.nn.Module):
         self._call = load(library).kq_linear
         self._weights = tuple(t.data_ptr() for t in (packed.codes, packed.sc, packed.mn, packed.d, packed.dmin))
         self._bias = 0 if self.bias is None else self.bias.data_ptr()
-        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # the last input and output, for KQuantPart
+        self.last: list | None = None  # for KQuantPart: an input, its output, how many parts still read it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.packed
@@ -331,17 +331,20 @@ class KQuantPart(torch.nn.Module):
     kernel call and one quantization of the rows instead of two or three. A channel's result depends
     on its own tile and the row alone, so every result is the same bits as apart. The first part
     called with an input computes all parts; the others, called with that very tensor, take their
-    columns of it."""
+    columns of it. The joint output is let go once every part has taken its columns: held until the
+    next call, a long prompt's would take memory (gate and up: 72 KB a token in each layer)."""
 
-    def __init__(self, joint: KQuantLinear, start: int, stop: int):
+    def __init__(self, joint: KQuantLinear, start: int, stop: int, parts: int):
         super().__init__()
-        self.joint, self.start, self.stop = joint, start, stop
+        self.joint, self.start, self.stop, self.parts = joint, start, stop, parts
         self.in_features, self.out_features = joint.in_features, stop - start
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        last = self.joint.last
+        last = self.joint.last  # [input, output, parts yet to take their columns]
         if last is None or last[0] is not x:  # (identity: the input is held, so its id is not reused)
-            last = self.joint.last = (x, self.joint(x))
+            last = [x, self.joint(x), self.parts]
+        last[2] -= 1
+        self.joint.last = last if last[2] > 0 else None
         return last[1][..., self.start:self.stop]
 
     def extra_repr(self) -> str:
