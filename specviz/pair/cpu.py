@@ -623,7 +623,6 @@ def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kerne
             for part, old in zip(name.split(kquant.JOIN), olds):
                 put(part, kquant.KQuantPart(joint, start, start + old.out_features, len(olds)))
                 start += old.out_features
-            del biases
         del olds
     _give_back_memory()
     return len(packed)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import torch
 
+from .cpu import ROW_ATTENTION, row_attention
+
 LLAMA_SHAPED = ("llama", "qwen2")
 
 
 def supports(model: torch.nn.Module) -> bool:
-    from .cpu import ROW_ATTENTION
-
     config = getattr(model, "config", None)
     return (getattr(config, "model_type", None) in LLAMA_SHAPED
             and getattr(config, "_attn_implementation", None) == ROW_ATTENTION
@@ -56,8 +56,6 @@ def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
 
 def _attention(attention: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: object,
                index: int) -> torch.Tensor:
-    from .cpu import row_attention
-
     shape = (*x.shape[:-1], -1, attention.head_dim)
     query = attention.q_proj(x).view(shape).transpose(1, 2)
     key = attention.k_proj(x).view(shape).transpose(1, 2)
