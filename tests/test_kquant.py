@@ -222,6 +222,44 @@ def test_a_float_weight_quantized_by_specviz_stays_close_and_row_exact(kernel):
     assert torch.equal(together, torch.cat([layer(x[i:i + 1]) for i in range(12)]))
 
 
+def test_the_drafts_codes_follow_the_rule_group_by_group():
+    """SpecViz's 4-bit form (kquant.quantize) against the rule written out for one group at a time
+    in float32 numpy: the same integer scales, minimums and codes, so the draft's guesses (and the
+    study's records) do not move with how the rule is vectorized."""
+    weight = torch.randn(32, 256) * 0.03
+    weight[0, :32] = 0.0  # a flat group: its step is the floor, its codes 0
+    packed = kquant.quantize(weight)
+    w = weight.numpy().reshape(32, 2, 4, 32)  # (out, blocks of 128, groups of 32, inputs)
+    f32 = np.float32
+    for row in range(32):
+        for block in range(2):
+            groups = w[row, block]
+            steps = [max((g.max() - g.min()) / f32(15), f32(1e-12)) for g in groups]
+            d = max(max(steps), f32(1e-12)) / f32(127)
+            dmin = max(max(abs(g.min()) for g in groups), f32(1e-12)) / f32(127)
+            for index, group in enumerate(groups):
+                sc = min(max(np.rint(steps[index] / d), 1), 127)
+                mn = min(max(np.rint(-group.min() / dmin), -127), 127)
+                codes = np.clip(np.rint((group + dmin * f32(mn)) / (d * f32(sc))), 0, 15)
+                expected = d * f32(sc) * codes - dmin * f32(mn)
+                got = packed.weights()[row, 128 * block + 32 * index: 128 * block + 32 * (index + 1)]
+                assert np.array_equal(got.numpy(), expected.astype(np.float32)), (row, block, index)
+
+
+def test_the_row_exact_probe_takes_a_small_vocabulary_whatever_the_special_tokens(kernel):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    # a large vocabulary whose special tokens lie past the probe's: the probe must not inherit them
+    config = Qwen2Config(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         bos_token_id=4000, eos_token_id=4001, pad_token_id=4002)
+    model = Qwen2ForCausalLM(config).eval()
+    probe = cpu.probe_of(model, vocab=cpu.PROBE_VOCAB)
+    assert probe.config.vocab_size == cpu.PROBE_VOCAB and probe.lm_head.out_features == cpu.PROBE_VOCAB
+    assert model.config.vocab_size == 4096 and model.config.pad_token_id == 4002  # the model's own: untouched
+    assert cpu.kquant_rows_exact(model, kernel)
+
+
 def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeypatch):
     draft = kquant_llama(2)
     monkeypatch.setattr(cpu, "kquant_kernel", lambda found, cache: (kernel, ""))
