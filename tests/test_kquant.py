@@ -94,6 +94,21 @@ def test_the_kernels_product_is_the_gguf_weights_times_int8_activations(kernel, 
     assert ((layer(x).double() - plain).norm() / plain.norm()) < 0.02
 
 
+def test_q6_k_codes_take_six_bits_and_an_older_caches_eight_bit_layout_still_multiplies_alike(kernel):
+    raw = kquant.random_blocks(kquant.Q6_K, 48, 512, np.random.default_rng(4))
+    packed = kquant.pack(kquant.Q6_K, raw, 48, 512)
+    assert packed.bits == 6 and packed.codes.numel() == 48 * 512 * 6 // 8
+    # the layout a cache packed before 2026-12-07 holds: one code a byte, (tiles, groups, steps, 16, 4)
+    codes = kquant.fields(kquant.Q6_K, raw, 48, 512)[0]
+    one_a_byte = torch.from_numpy(codes.astype(np.uint8).reshape(3, 16, 32, 4, 4).transpose(0, 2, 3, 1, 4).copy())
+    older = kquant.Packed(kquant.Q6_K, 48, 512, one_a_byte.reshape(-1), packed.sc, packed.mn, packed.d, packed.dmin)
+    assert older.bits == 8
+    assert torch.equal(packed.weights(), older.weights())
+    assert torch.equal(packed.weights(), torch.from_numpy(kquant.dequantize(kquant.Q6_K, raw, 48, 512)))
+    x = torch.randn(9, 512)
+    assert torch.equal(kquant.KQuantLinear(packed, None, kernel)(x), kquant.KQuantLinear(older, None, kernel)(x))
+
+
 def test_the_activations_int8_codes_are_round_to_nearest_of_each_blocks_scale(kernel):
     x = torch.randn(3, 512) * torch.tensor([[1e-3], [1.0], [50.0]])
     x[1, :256] = 0  # a block of zeros: scale 0, codes 0

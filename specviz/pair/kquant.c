@@ -16,7 +16,10 @@
  * (G = 32 for Q4_K, 16 for Q6_K), G/4 "steps" of 64 bytes, byte 4*j + t of step s holding the code of
  * channel j at input 4*s + t of the group (what vpdpbusd multiplies with 4 broadcast activations).
  * 4-bit codes store step s in the low nibbles and step s + G/8 in the high nibbles of one 64-byte
- * vector. Per tile and group: sc[16], mn[16] (int8); per tile and block of inputs (256 in a GGUF's
+ * vector. 6-bit codes (a cache packed before 2026-12-07 holds Q6_K's codes one to a byte, `bits` 8)
+ * take 192 bytes a group: steps 0, 1 and 2 in three 64-byte vectors (bits 0-5), step 3 spread over
+ * their top two bits (its bits 0-1 in the first vector's bits 6-7, 2-3 in the second's, 4-5 in the third's).
+ * Per tile and group: sc[16], mn[16] (int8); per tile and block of inputs (256 in a GGUF's
  * K-quants, 128 where SpecViz quantizes a draft itself): d[16], dmin[16] (float). The weight of channel j at input i of group g is d*sc*code - dmin*mn, exactly the GGUF's
  * dequantized value.
  *
@@ -35,6 +38,22 @@
 #define TILE 16
 #define PREFETCH 8 /* groups ahead whose codes a tile asks for while it works on the current one */
 #define ROWS 32 /* rows whose accumulators a tile keeps at once; more rows go in blocks of this many */
+
+/* The 6-bit codes of one half (8 channels: h = 0, 1) of a group's 192 bytes, one byte each, as
+ * the 8-bit layout holds them: step s of the group in w[s]. 16-bit shifts, then masks that keep
+ * only bits that came from the same byte: 11 operations for 4 steps. */
+static inline void six_bit_half(const uint8_t *gc, int h, __m256i w[4]) {
+    const __m256i six = _mm256_set1_epi8(0x3F);
+    const __m256i v0 = _mm256_loadu_si256((const __m256i *)(gc + 32 * h));
+    const __m256i v1 = _mm256_loadu_si256((const __m256i *)(gc + 64 + 32 * h));
+    const __m256i v2 = _mm256_loadu_si256((const __m256i *)(gc + 128 + 32 * h));
+    w[0] = _mm256_and_si256(v0, six);
+    w[1] = _mm256_and_si256(v1, six);
+    w[2] = _mm256_and_si256(v2, six);
+    w[3] = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 6), _mm256_set1_epi8(0x03)),
+                                           _mm256_and_si256(_mm256_srli_epi16(v1, 4), _mm256_set1_epi8(0x0C))),
+                           _mm256_and_si256(_mm256_srli_epi16(v2, 2), _mm256_set1_epi8(0x30)));
+}
 
 /* x: M rows of K floats -> xq (int8, M x K), scale (M x K/block: x ~= scale * xq within each block),
  * bsum (M x K/G: the sum of xq over each group, as a float). Each row on its own, 8 values at a time
@@ -78,13 +97,13 @@ static inline __m512 lanes_of(const int8_t *v) {
 }
 
 /* One tile of 16 output channels for rows r0.. r0+rows-1: the loop the kernel runs. Inlined with
- * constant `steps` and `four_bit`, so that the compiler unrolls the steps and drops the branches. */
+ * constant `steps` and `bits`, so that the compiler unrolls the steps and drops the branches. */
 static inline __attribute__((always_inline)) void tile_rows(
-    const int steps, const int four_bit, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
+    const int steps, const int bits, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
     const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
     const float *bias, float *out, int N) {
     const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
-    const size_t group_bytes = (size_t)steps * (four_bit ? 32 : 64);
+    const size_t group_bytes = (size_t)steps * (bits == 4 ? 32 : bits == 6 ? 48 : 64);
     const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[ROWS], block_acc[ROWS];
@@ -104,12 +123,17 @@ static inline __attribute__((always_inline)) void tile_rows(
             for (size_t line = 0; line < group_bytes; line += 64)
                 _mm_prefetch((const char *)(gc + PREFETCH * group_bytes + line), _MM_HINT_T0);
             __m512i w[8];
-            if (four_bit) {
+            if (bits == 4) {
                 for (int p = 0; p < steps / 2; p++) {
                     const __m512i v = _mm512_loadu_si512((const void *)(gc + 64 * p));
                     w[p] = _mm512_and_si512(v, low);
                     w[p + steps / 2] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 }
+            } else if (bits == 6) { /* the AVX2 body's unpacking, its two halves side by side */
+                __m256i first[4], second[4];
+                six_bit_half(gc, 0, first);
+                six_bit_half(gc, 1, second);
+                for (int s = 0; s < 4; s++) w[s] = _mm512_inserti64x4(_mm512_castsi256_si512(first[s]), second[s], 1);
             } else {
                 for (int s = 0; s < steps; s++) w[s] = _mm512_loadu_si512((const void *)(gc + 64 * s));
             }
@@ -153,11 +177,11 @@ static inline __m256i scale_pairs(const int8_t *v) {
  * scales applied in integers: a block's sum of sc * (codes . activations) is exact in int32 (at most
  * 2^28 here), so a group costs each row no float work but its minimum's term. */
 static inline __attribute__((always_inline)) void tile_rows(
-    const int steps, const int four_bit, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
+    const int steps, const int bits, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
     const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
     const float *bias, float *out, int N) {
     const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
-    const size_t group_bytes = (size_t)steps * (four_bit ? 32 : 64);
+    const size_t group_bytes = (size_t)steps * (bits == 4 ? 32 : bits == 6 ? 48 : 64);
     const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc[ROWS][2], mins[ROWS][2];
@@ -179,18 +203,20 @@ static inline __attribute__((always_inline)) void tile_rows(
                 _mm_prefetch((const char *)(gc + PREFETCH * group_bytes + line), _MM_HINT_T0);
             for (int h = 0; h < 2; h++) { /* one half's codes in registers at a time: 8 of AVX2's 16 */
                 __m256i w[8];
-                if (four_bit) {
+                if (bits == 4) {
                     for (int p = 0; p < steps / 2; p++) {
                         const __m256i v = _mm256_loadu_si256((const __m256i *)(gc + 64 * p + 32 * h));
                         w[p] = _mm256_and_si256(v, low);
                         w[p + steps / 2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                     }
+                } else if (bits == 6) {
+                    six_bit_half(gc, h, w);
                 } else {
                     for (int s = 0; s < steps; s++) w[s] = _mm256_loadu_si256((const __m256i *)(gc + 64 * s + 32 * h));
                 }
                 for (int r = 0; r < rows; r++) {
                     const int32_t *xg = (const int32_t *)(xq + (size_t)(r0 + r) * K + (size_t)g * G);
-                    if (four_bit) { /* 4-bit codes: all 8 steps in int16 (at most 8 * 2 * 15 * 127 < 2^15) */
+                    if (bits == 4) { /* 4-bit codes: all 8 steps in int16 (at most 8 * 2 * 15 * 127 < 2^15) */
                         __m256i sum = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xg[0]));
                         for (int s = 1; s < steps; s++)
                             sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xg[s])));
@@ -229,19 +255,21 @@ static inline __attribute__((always_inline)) void tile_rows(
 #endif
 
 /* out (M x N floats) = rows @ weights.T (+ bias), the rows given as kq_quantize left them.
- * G = 32 with 4-bit codes (Q4_K) or G = 16 with 8-bit codes (Q6_K). */
+ * G = 32 with 4-bit codes (Q4_K) or G = 16 with 6-bit codes (Q6_K; 8-bit in an older cache's layout). */
 void kq_matmul(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc, const int8_t *mn,
                const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
                const float *bias, float *out, int threads) {
-    const int tiles = N / TILE, four_bit = bits == 4;
+    const int tiles = N / TILE;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int tile = 0; tile < tiles; tile++) {
         for (int r0 = 0; r0 < M; r0 += ROWS) {
             const int rows = M - r0 < ROWS ? M - r0 : ROWS;
-            if (four_bit && G == 32)
-                tile_rows(8, 1, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
+            if (bits == 4 && G == 32)
+                tile_rows(8, 4, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
+            else if (bits == 6)
+                tile_rows(4, 6, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
             else
-                tile_rows(4, 0, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
+                tile_rows(4, 8, block, tile, r0, rows, K, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, N);
         }
     }
 }

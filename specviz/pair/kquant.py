@@ -61,7 +61,7 @@ class Packed:
     kind: str  # Q4_K or Q6_K: what the GGUF stored; Q4: quantized by SpecViz (`quantize`)
     out_features: int
     in_features: int
-    codes: torch.Tensor  # uint8: 4-bit codes two to a byte (Q4_K), 6-bit codes one to a byte (Q6_K)
+    codes: torch.Tensor  # uint8: 4-bit codes two to a byte (Q4_K), 6-bit codes four to 3 bytes (Q6_K)
     sc: torch.Tensor  # int8 (tiles, groups, 16)
     mn: torch.Tensor  # int8 (tiles, groups, 16)
     d: torch.Tensor  # float32 (tiles, blocks, 16)
@@ -77,7 +77,11 @@ class Packed:
 
     @property
     def bits(self) -> int:
-        return 8 if self.kind == Q6_K else 4
+        """Bits a code takes in `codes`: Q6_K's 6 (8, one to a byte, in a cache packed before
+        2026-12-07, which the kernel still reads), the others' 4."""
+        if self.kind != Q6_K:
+            return 4
+        return 8 if self.codes.numel() == self.out_features * self.in_features else 6
 
     def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
         return {f"{prefix}.{name}": getattr(self, name) for name in ("codes", "sc", "mn", "d", "dmin")}
@@ -98,11 +102,15 @@ class Packed:
         how a token embedding table kept in its codes looks its rows up."""
         channels = channels.reshape(-1).long()
         tile, channel = channels // TILE, channels % TILE
-        stored_steps = self.group // 4 if self.kind == Q6_K else self.group // 8  # 4-bit: two codes a byte
+        stored_steps = {4: self.group // 8, 6: 3, 8: self.group // 4}[self.bits]  # see kquant.c's layout
         tiled = self.codes.view(self.out_features // TILE, self.in_features // self.group, stored_steps, TILE, 4)
-        codes = tiled[tile, :, :, channel]  # (channels, groups, steps, 4 inputs)
-        if self.kind != Q6_K:
+        codes = tiled[tile, :, :, channel]  # (channels, groups, stored steps, 4 inputs)
+        if self.bits == 4:
             codes = torch.cat([codes & 0xF, codes >> 4], dim=2)
+        elif self.bits == 6:
+            top = codes >> 6
+            last = top[:, :, 0] | (top[:, :, 1] << 2) | (top[:, :, 2] << 4)
+            codes = torch.cat([codes & 0x3F, last[:, :, None]], 2)
         ours = (lambda a: a[tile, :, channel].numpy())  # (channels, groups or blocks)
         return torch.from_numpy(_weights(codes.reshape(len(channels), -1).numpy(), ours(self.sc), ours(self.mn),
                                          ours(self.d), ours(self.dmin), self.group, self.block))
@@ -221,7 +229,10 @@ def _tiled(kind: str, codes: Array, sc: Array, mn: Array, d: Array, dmin: Array,
     codes, sc, mn, d, dmin = (torch.as_tensor(a) for a in (codes, sc, mn, d, dmin))
     # (tiles, 16 channels, groups, steps, 4 inputs) -> (tiles, groups, steps, 16, 4): a step's 64 bytes
     tiled = codes.to(torch.uint8).reshape(tiles, TILE, -1, steps, 4).permute(0, 2, 3, 1, 4)
-    if kind != Q6_K:
+    if kind == Q6_K:  # 6 bits: steps 0, 1, 2 in bits 0-5 of three vectors, step 3 in their bits 6-7
+        last = tiled[:, :, 3:]
+        tiled = tiled[:, :, :3] | (torch.cat([last & 3, (last >> 2) & 3, last >> 4], 2) << 6)
+    else:
         tiled = tiled[:, :, : steps // 2] | (tiled[:, :, steps // 2:] << 4)
 
     def per_group(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
