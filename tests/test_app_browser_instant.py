@@ -138,6 +138,11 @@ def test_the_first_screen_shows_prompt_run_and_the_columns_first_tokens(modelles
     for selector in ("#prompt textarea", "#run", "#example-0"):
         box = page.locator(selector).first.bounding_box()
         assert box and box["y"] + box["height"] <= height, (selector, box)
+    # the token slider's range labels are inside its box (at 1280 px its "512" was cut off once)
+    slider = page.locator("#max-new-tokens").bounding_box()
+    for label in ("min-value", "max-value"):
+        box = page.locator(f"#max-new-tokens [data-testid='{label}']").bounding_box()
+        assert box and slider["x"] <= box["x"] and box["x"] + box["width"] <= slider["x"] + slider["width"], (label, box)
     page.click("#example-0")
     page.wait_for_function("(ps) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))",
                            arg=POLICIES, timeout=30_000)

@@ -25,6 +25,9 @@ APP_CSS = """
 #model-status .specviz-status { padding: 0 10px; min-height: 0; }
 #model-status, #status, #legend { padding-top: 0; padding-bottom: 0; }
 #top, #options-row { gap: 10px; }
+/* a narrow slider (the options row at 1280 px) keeps its max label in view: the range input may shrink */
+#max-new-tokens .slider_input_container input[type="range"] { min-width: 0; flex: 1 1 auto; }
+#max-new-tokens .slider_input_container { gap: 4px; }
 .specviz-column { border: 1px solid rgba(128, 128, 128, 0.45); border-radius: 8px; padding: 6px 8px; }
 .specviz-column[data-state="running"] { border: 2px solid #0072B2; }
 .specviz-column[data-state="replaying"] { border: 2px dashed #0072B2; }
