@@ -4,6 +4,7 @@ a tiny model on it lossless, and the set-up chosen per CPU capability."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -194,7 +195,7 @@ def test_layers_reading_one_input_run_as_one_call_with_the_same_bits(kernel):
     ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(3))
     with torch.inference_mode():
         together = target(input_ids=ids).logits
-        assert layers[0].mlp.up_proj.joint.last is None  # let go once every part took its columns
+        assert layers[0].mlp.up_proj.joint.last == [None, None, 0]  # let go once every part took its columns
         for name, layer in apart.items():
             parent, _, child = name.rpartition(".")
             setattr(target.get_submodule(parent), child, layer)
@@ -285,8 +286,17 @@ def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeyp
     assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITH_VNNI, draft).setup == "int4"
     monkeypatch.setattr(cpu, "kquant_draft_pays", lambda *args, **kwargs: False)
     assert cpu.choose_draft({}, AVX2_ONLY, draft).setup != "kquant"  # (no bf16 claimed: this CPU may lack it)
+    apart = copy.deepcopy(draft)  # each layer its own call: what the joined draft must equal
+    cpu._replace_linears(apart, lambda linear: kquant.KQuantLinear(kquant.quantize(linear.weight), linear.bias, kernel))
+    cpu.use_row_attention(apart)
     line = cpu.prepare_draft(draft, "kquant", kernel)
     assert line.startswith("draft 4-bit") and isinstance(draft.lm_head, kquant.KQuantLinear)
+    ids = torch.randint(0, 64, (1, 12))
+    with torch.inference_mode():
+        assert torch.equal(draft(ids).logits, apart(ids).logits)
+    attention, mlp = draft.model.layers[0].self_attn, draft.model.layers[0].mlp
+    assert isinstance(attention.q_proj, kquant.KQuantPart) and attention.q_proj.joint is attention.v_proj.joint
+    assert isinstance(mlp.gate_proj, kquant.KQuantPart) and mlp.gate_proj.joint is mlp.up_proj.joint
     assert cpu.rows_exact(draft)  # so a catch-up may feed it several tokens in one call
 
 

@@ -778,8 +778,13 @@ def prepare_target(model: torch.nn.Module, setup: str, sizes: tuple[int, ...] | 
 
 def prepare_draft(model: torch.nn.Module, setup: str, kernel: Path | None = None) -> str:
     if setup == "kquant":
-        _replace_linears(model, lambda linear: kquant.KQuantLinear(kquant.quantize(linear.weight), linear.bias, kernel)
-                         if kquant.fits(linear.out_features, linear.in_features, kquant.BLOCK[kquant.Q4]) else linear)
+        block = kquant.BLOCK[kquant.Q4]
+        codes = {name: kquant.quantize(module.weight) for name, module in model.named_modules()
+                 if isinstance(module, torch.nn.Linear) and kquant.fits(module.out_features, module.in_features, block)}
+        # joined as the target's are (one call for q/k/v, one for gate/up): a draft call is 24 layers
+        # of small products, where each call's own cost (quantizing the rows, ctypes) shows
+        to_kquant(model, kquant.with_shared_inputs_joined(codes), kernel)
+        del codes
         own_memory(model)
         use_row_attention(model)  # one call over several tokens then gives each the bits of its own call
         return (f"draft 4-bit (SpecViz's own codes in groups of {kquant.GROUP[kquant.Q4]}, the K-quant kernel, "
