@@ -60,7 +60,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            run_s_per_token=0.08),
     Preset(REAL_PAIR_PRESET, "Qwen2.5-Coder-1.5B-Instruct, draft Qwen2.5-Coder-0.5B-Instruct (a real, "
            f"separately trained draft; offline once `{SETUP_COMMAND}` has run, a 1.6 GB download; the target on its "
-           "GGUF's 4/6-bit codes where the CPU has AVX512-VNNI or AVX2, 2.5 GB of RAM loaded (4.2 at peak), else bf16 or fp32 and 5-9 GB)", "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct", offline=True,
+           "GGUF's 4/6-bit codes where the CPU has AVX512-VNNI or AVX2, 2.5 GB of RAM loaded (4.4 at peak), else bf16 or fp32 and 5-9 GB)", "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct", offline=True,
            setup=SETUP_COMMAND, ram_gb=9.0, draft_dtype="float32", run_s_per_token=0.5),
     Preset("smollm2-1.7b", "SmolLM2-1.7B-Instruct, draft SmolLM2-135M-Instruct (hub)",
            "HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", ram_gb=7.5),
