@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) void tile_rows(
     const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
     const float *bias, float *out, int N) {
     const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
-    const size_t group_bytes = (size_t)steps * (bits == 4 ? 32 : bits == 6 ? 48 : 64);
+    const size_t group_bytes = (size_t)steps * 8 * bits; /* a step: 16 channels x 4 inputs */
     const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[ROWS], block_acc[ROWS];
@@ -181,7 +181,7 @@ static inline __attribute__((always_inline)) void tile_rows(
     const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
     const float *bias, float *out, int N) {
     const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
-    const size_t group_bytes = (size_t)steps * (bits == 4 ? 32 : bits == 6 ? 48 : 64);
+    const size_t group_bytes = (size_t)steps * 8 * bits; /* a step: 16 channels x 4 inputs */
     const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc[ROWS][2], mins[ROWS][2];

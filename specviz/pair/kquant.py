@@ -206,19 +206,18 @@ def quantize(weight: torch.Tensor) -> Packed:
     if not fits(out_features, in_features, BLOCK[Q4]):
         raise ValueError(f"a {out_features}x{in_features} layer does not tile by {TILE}x{BLOCK[Q4]}")
     per_block = BLOCK[Q4] // GROUP[Q4]
-    with torch.no_grad():
-        w = weight.detach().float().reshape(out_features, -1, per_block, GROUP[Q4])
-        low, high = w.amin(-1), w.amax(-1)  # (out, blocks, groups)
-        step = ((high - low) / 15).clamp_min_(1e-12)
-        d = step.amax(-1).clamp_min_(1e-12) / 127
-        sc = (step / d[..., None]).round_().clamp_(1, 127)
-        dmin = low.abs().amax(-1).clamp_min_(1e-12) / 127
-        mn = (-low / dmin[..., None]).round_().clamp_(-127, 127)
-        scale = (d[..., None] * sc)[..., None]
-        offset = (dmin[..., None] * mn)[..., None]
-        codes = ((w + offset) / scale).round_().clamp_(0, 15)
-        return _tiled(Q4, codes.reshape(out_features, in_features), sc.reshape(out_features, -1),
-                      mn.reshape(out_features, -1), d, dmin, out_features, in_features)
+    w = weight.detach().float().reshape(out_features, -1, per_block, GROUP[Q4])  # may be the weight itself: read only
+    low, high = w.amin(-1), w.amax(-1)  # (out, blocks, groups)
+    step = ((high - low) / 15).clamp_min_(1e-12)
+    d = step.amax(-1).clamp_min_(1e-12) / 127
+    sc = (step / d[..., None]).round_().clamp_(1, 127)
+    dmin = low.abs().amax(-1).clamp_min_(1e-12) / 127
+    mn = (-low / dmin[..., None]).round_().clamp_(-127, 127)
+    scale = (d[..., None] * sc)[..., None]
+    offset = (dmin[..., None] * mn)[..., None]
+    codes = ((w + offset) / scale).round_().clamp_(0, 15)
+    return _tiled(Q4, codes.reshape(out_features, in_features), sc.reshape(out_features, -1),
+                  mn.reshape(out_features, -1), d, dmin, out_features, in_features)
 
 
 def _tiled(kind: str, codes: Array, sc: Array, mn: Array, d: Array, dmin: Array,
