@@ -175,7 +175,9 @@ static inline __m256i scale_pairs(const int8_t *v) {
 
 /* The AVX-512 body's loop with each 16-channel vector as two halves of 8 (h = 0, 1), and the group
  * scales applied in integers: a block's sum of sc * (codes . activations) is exact in int32 (at most
- * 2^28 here), so a group costs each row no float work but its minimum's term. */
+ * 2^28 here), so a group costs each row no float work. A block's minimum terms are summed per row
+ * after its groups, in registers, in the same order (exact either way: integers below 2^24): summed
+ * beside the dots, in accumulators kept in memory for every row, they took a fifth of a window's time. */
 static inline __attribute__((always_inline)) void tile_rows(
     const int steps, const int bits, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
     const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
@@ -184,20 +186,20 @@ static inline __attribute__((always_inline)) void tile_rows(
     const size_t group_bytes = (size_t)steps * 8 * bits; /* a step: 16 channels x 4 inputs */
     const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
     const __m256i low = _mm256_set1_epi8(0x0F);
-    __m256 acc[ROWS][2], mins[ROWS][2];
+    __m256 acc[ROWS][2], mvs[16][2]; /* a block's minimums: at most 256 / 16 groups */
     __m256i dots[ROWS][2];
     for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int b = 0; b < blocks; b++) {
         const size_t at = ((size_t)tile * blocks + b) * TILE;
         for (int r = 0; r < rows; r++) {
             dots[r][0] = dots[r][1] = _mm256_setzero_si256();
-            mins[r][0] = mins[r][1] = _mm256_setzero_ps();
         }
         for (int gb = 0; gb < per_block; gb++) {
             const int g = b * per_block + gb;
             const size_t tg = ((size_t)tile * groups + g) * TILE;
             const __m256i sv[2] = {scale_pairs(sc + tg), scale_pairs(sc + tg + 8)};
-            const __m256 mv[2] = {lanes_of(mn + tg), lanes_of(mn + tg + 8)};
+            mvs[gb][0] = lanes_of(mn + tg);
+            mvs[gb][1] = lanes_of(mn + tg + 8);
             const uint8_t *gc = tile_codes + (size_t)g * group_bytes;
             for (size_t line = 0; line < group_bytes; line += 64)
                 _mm_prefetch((const char *)(gc + PREFETCH * group_bytes + line), _MM_HINT_T0);
@@ -228,8 +230,6 @@ static inline __attribute__((always_inline)) void tile_rows(
                             dots[r][h] = _mm256_add_epi32(dots[r][h], _mm256_madd_epi16(pair, sv[h]));
                         }
                     }
-                    /* exact: below 2^24 */
-                    mins[r][h] = _mm256_fmadd_ps(mv[h], _mm256_set1_ps(bsum[(size_t)(r0 + r) * groups + g]), mins[r][h]);
                 }
             }
         }
@@ -237,8 +237,15 @@ static inline __attribute__((always_inline)) void tile_rows(
         const __m256 dminv[2] = {_mm256_loadu_ps(dmin + at), _mm256_loadu_ps(dmin + at + 8)};
         for (int r = 0; r < rows; r++) {
             const __m256 rs = _mm256_set1_ps(scale[(size_t)(r0 + r) * blocks + b]);
+            const float *rb = bsum + (size_t)(r0 + r) * groups + (size_t)b * per_block;
+            __m256 mins[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int gb = 0; gb < per_block; gb++) { /* exact: integers below 2^24 */
+                const __m256 x = _mm256_broadcast_ss(rb + gb);
+                mins[0] = _mm256_fmadd_ps(mvs[gb][0], x, mins[0]);
+                mins[1] = _mm256_fmadd_ps(mvs[gb][1], x, mins[1]);
+            }
             for (int h = 0; h < 2; h++) {
-                const __m256 v = _mm256_fmsub_ps(_mm256_cvtepi32_ps(dots[r][h]), dv[h], _mm256_mul_ps(mins[r][h], dminv[h]));
+                const __m256 v = _mm256_fmsub_ps(_mm256_cvtepi32_ps(dots[r][h]), dv[h], _mm256_mul_ps(mins[h], dminv[h]));
                 acc[r][h] = _mm256_fmadd_ps(v, rs, acc[r][h]);
             }
         }
