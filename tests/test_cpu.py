@@ -324,6 +324,32 @@ def test_the_cost_curve_measures_every_window_and_prints_ratios(tiny_pair):
     assert len(list(decode_target_only(tiny_pair, [1, 2, 3], 4))) == 5
 
 
+def test_the_cost_curve_times_its_calls_in_turns():
+    """A busy second of a shared machine must fall on every window alike, not on one window's repeats."""
+    from specviz.decoding.costcurve import _timed_in_turns
+
+    order: list[str] = []
+    ms = _timed_in_turns({name: lambda name=name: order.append(name) for name in "abc"}, repeats=3)
+    assert order == list("abc") + list("abc") + list("cba") + list("abc")  # a warm-up, then turns
+    assert set(ms) == set("abc") and all(v >= 0 for v in ms.values())
+
+
+def test_measured_prices_never_fall_with_the_window(monkeypatch, tiny_pair):
+    """A pass over more tokens does all one over fewer does: a curve that falls holds a busy
+    moment's price, which would make a round's first draft token look dearer than it is."""
+    from specviz.decoding import costcurve
+
+    noisy = PassCostCurve("cpu", "setup", 128, (1, 2, 4, 8), (100.0, 160.0, 130.0, 200.0), 20.0, 50.0)
+    monkeypatch.setattr(costcurve, "measure", lambda *args, **kwargs: noisy)
+    costcurve.forget_pass_costs(tiny_pair)
+    try:
+        prices = costcurve.pass_costs(tiny_pair)
+    finally:
+        costcurve.forget_pass_costs(tiny_pair)
+    assert prices.target_ms[:5] == (100.0, 130.0, 130.0, 130.0, 130.0 + 70.0 / 4)  # windows 1-5
+    assert all(a <= b for a, b in zip(prices.target_ms, prices.target_ms[1:]))
+
+
 def test_the_curve_interpolates_between_measured_windows():
     curve = PassCostCurve("cpu", "setup", 100, (1, 2, 4, 8), (100.0, 120.0, 140.0, 180.0), 20.0, 50.0)
     assert curve.target_pass_ms(3) == pytest.approx(130.0)

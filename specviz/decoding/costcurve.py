@@ -9,11 +9,13 @@ them at load in a few seconds, and keep them up to date from its pair's runs (`L
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -76,19 +78,30 @@ def _interpolate(windows: tuple[int, ...], ms: tuple[float, ...], window: int) -
     return t1 + (t1 - t0) / (w1 - w0) * (window - w1)
 
 
-def _timed(call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
+def _timed_in_turns(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each call's median milliseconds after one untimed warm-up (the first call at a new shape sets up
+    its kernels), timed in turns: every repeat runs every call once, in alternating order. A shared
+    machine has busy seconds; timed one call's repeats after another's, such a second falls on one
+    window alone and bends the curve (seen: a pass over 2 tokens priced at 1.55 one-token passes,
+    over 4 at 1.54, where runs then paid 1.1-1.3, which kept the cost-aware rule plain for a whole
+    run). In turns it falls on all of them alike, and the curve's ratios hold."""
+    for call in calls.values():
         call()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for repeat in range(repeats):
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            calls[name]()
+            times[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(ms) for name, ms in times.items()}
 
 
 def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WINDOWS, repeats: int = 5,
             cpu_name: str = "", draft_windows: tuple[int, ...] = DRAFT_WINDOWS) -> PassCostCurve:
-    """Time each call `repeats` times (median) after one untimed warm-up, on random token ids (a
-    pass's cost does not depend on which tokens it reads)."""
+    """Time each call `repeats` times (median, in turns: `_timed_in_turns`) on random token ids (a
+    pass's cost does not depend on which tokens it reads). Every call leaves both caches holding
+    the `context` tokens."""
     generator = torch.Generator().manual_seed(0)
     longest = max(*windows, *draft_windows)
     ids = torch.randint(0, pair.vocab_size, (context + longest,), generator=generator).tolist()
@@ -97,43 +110,30 @@ def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WIND
     with torch.inference_mode():
         target = CachedModel(pair.target, pair.vocab_size, pair.device)
         target.forward(prompt)
+        draft = CachedModel(pair.draft, pair.vocab_size, pair.device)
+        draft.forward(prompt)
 
         def target_pass(window: int) -> None:
             target.forward(after[:window], keep=window)
             target.crop(context)
 
-        target_ms = []
-        for window in windows:
-            target_pass(window)  # warm-up: the first call at a new shape sets up its kernels
-            target_ms.append(_timed(lambda w=window: target_pass(w), repeats))
-
-        draft = CachedModel(pair.draft, pair.vocab_size, pair.device)
-
         def draft_prefill() -> None:
             draft.crop(0)
             draft.forward(prompt)
 
-        draft_prefill()
-        prefill_ms = _timed(draft_prefill, repeats)
-
-        def draft_call() -> None:
-            draft.forward(after[:1])
-            draft.crop(context)
-
-        draft_call()
-        call_ms = _timed(draft_call, repeats)
-
-        def draft_window(window: int) -> None:
+        def draft_pass(window: int) -> None:  # window 1: the draft's one-token call
             draft.forward(after[:window])
             draft.crop(context)
 
-        draft_ms = []
-        for window in draft_windows:
-            draft_window(window)
-            draft_ms.append(_timed(lambda w=window: draft_window(w), repeats))
+        calls: dict[str, Callable[[], object]] = {f"target {w}": functools.partial(target_pass, w) for w in windows}
+        calls["draft prefill"] = draft_prefill
+        for window in sorted({1, *draft_windows}):
+            calls[f"draft {window}"] = functools.partial(draft_pass, window)
+        ms = _timed_in_turns(calls, repeats)
     return PassCostCurve(cpu=cpu_name, setup=pair.setup, context=context, windows=tuple(windows),
-                     target_ms=tuple(target_ms), draft_call_ms=call_ms, draft_prefill_ms=prefill_ms,
-                     draft_windows=tuple(draft_windows), draft_ms=tuple(draft_ms))
+                         target_ms=tuple(ms[f"target {w}"] for w in windows), draft_call_ms=ms["draft 1"],
+                         draft_prefill_ms=ms["draft prefill"], draft_windows=tuple(draft_windows),
+                         draft_ms=tuple(ms[f"draft {w}"] for w in draft_windows))
 
 
 def table(curve: PassCostCurve) -> list[str]:
@@ -170,7 +170,8 @@ class LivePassCosts:
     (`TIMED_ENOUGH` passes) is priced at its own timed median: one noisy window in the load-time
     curve (seen: a pass over 2 tokens timed at 1.8 one-token passes, where the runs then paid 1.1)
     would otherwise price every round's second token for the pair's whole session. Windows the
-    runs have not checked keep the load-time curve's shape, scaled by the median over all windows.
+    runs have not checked keep the load-time curve's shape, scaled by the median over all windows;
+    and no window is priced above a wider one (`_never_falling`).
 
     A run takes the prices as they stand when it starts and keeps them for its whole run
     (recorded in its trace), so that its decisions, and the replay of them, depend on its own
@@ -217,9 +218,9 @@ class LivePassCosts:
             return statistics.median(timed) if len(timed) >= TIMED_ENOUGH else scale(self.window)
 
         one = self.measured.target_ms[0] * scale(self.one_token)
-        windows = tuple(max(one, ms * window_scale(w)) for w, ms in enumerate(self.measured.target_ms[1:], start=2))
+        windows = [max(one, ms * window_scale(w)) for w, ms in enumerate(self.measured.target_ms[1:], start=2)]
         draft = scale(self.draft_call)
-        return PassCosts(self.measured.draft_call_ms * draft, (one, *windows),
+        return PassCosts(self.measured.draft_call_ms * draft, _never_falling([one, *windows]),
                           tuple(ms * draft for ms in self.measured.catch_up_ms))
 
 
@@ -238,6 +239,14 @@ def forget_pass_costs(pair: ModelPair) -> None:
     _LIVE.pop(pair, None)
 
 
+def _never_falling(ms: list[float]) -> tuple[float, ...]:
+    """Each price lowered to the least of those after it. A pass over more tokens does all that one over
+    fewer does, and more: where a measured curve falls, the price before the fall is a busy moment's."""
+    for i in range(len(ms) - 2, -1, -1):
+        ms[i] = min(ms[i], ms[i + 1])
+    return tuple(ms)
+
+
 def pass_costs(pair: ModelPair, repeats: int = 3) -> PassCosts:
     """The pair's prices for the cost-aware rule as they stand: its cost curve, measured once per
     loaded pair (a few seconds) and read at every window from 1 to the largest measured, scaled by
@@ -246,7 +255,7 @@ def pass_costs(pair: ModelPair, repeats: int = 3) -> PassCosts:
     if live is None:
         draft_windows = DRAFT_WINDOWS if pair.draft_row_exact else ()
         curve = measure(pair, context=128, repeats=repeats, draft_windows=draft_windows)
-        catch_up = tuple(curve.draft_pass_ms(w) for w in range(1, CATCH_UP_ROWS + 1)) if draft_windows else ()
-        target = tuple(curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1))
+        catch_up = _never_falling([curve.draft_pass_ms(w) for w in range(1, CATCH_UP_ROWS + 1)]) if draft_windows else ()
+        target = _never_falling([curve.target_pass_ms(w) for w in range(1, max(curve.windows) + 1)])
         live = _LIVE[pair] = LivePassCosts(PassCosts(curve.draft_call_ms, target, catch_up))
     return live.current()
