@@ -326,10 +326,10 @@ def test_the_cost_curve_measures_every_window_and_prints_ratios(tiny_pair):
 
 def test_the_cost_curve_times_its_calls_in_turns():
     """A busy second of a shared machine must fall on every window alike, not on one window's repeats."""
-    from specviz.decoding.costcurve import _timed_in_turns
+    from specviz.pair.cpu import timed_in_turns
 
     order: list[str] = []
-    ms = _timed_in_turns({name: lambda name=name: order.append(name) for name in "abc"}, repeats=3)
+    ms = timed_in_turns({name: lambda name=name: order.append(name) for name in "abc"}, repeats=3)
     assert order == list("abc") + list("abc") + list("cba") + list("abc")  # a warm-up, then turns
     assert set(ms) == set("abc") and all(v >= 0 for v in ms.values())
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import itertools
 import statistics
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..pair.cpu import CATCH_UP_ROWS
+from ..pair.cpu import CATCH_UP_ROWS, timed_in_turns
 from .drafters import CachedModel
 from .policies import PassCosts
 from .trace import Baseline, Trace
@@ -78,28 +77,9 @@ def _interpolate(windows: tuple[int, ...], ms: tuple[float, ...], window: int) -
     return t1 + (t1 - t0) / (w1 - w0) * (window - w1)
 
 
-def _timed_in_turns(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Each call's median milliseconds after one untimed warm-up (the first call at a new shape sets up
-    its kernels), timed in turns: every repeat runs every call once, in alternating order. A shared
-    machine has busy seconds; timed one call's repeats after another's, such a second falls on one
-    window alone and bends the curve (seen: a pass over 2 tokens priced at 1.55 one-token passes,
-    over 4 at 1.54, where runs then paid 1.1-1.3, which kept the cost-aware rule plain for a whole
-    run). In turns it falls on all of them alike, and the curve's ratios hold."""
-    for call in calls.values():
-        call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
-    for repeat in range(repeats):
-        for name in names if repeat % 2 == 0 else names[::-1]:
-            started = time.perf_counter()
-            calls[name]()
-            times[name].append((time.perf_counter() - started) * 1000)
-    return {name: statistics.median(ms) for name, ms in times.items()}
-
-
 def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WINDOWS, repeats: int = 5,
             cpu_name: str = "", draft_windows: tuple[int, ...] = DRAFT_WINDOWS) -> PassCostCurve:
-    """Time each call `repeats` times (median, in turns: `_timed_in_turns`) on random token ids (a
+    """Time each call `repeats` times (median, in turns: `cpu.timed_in_turns`) on random token ids (a
     pass's cost does not depend on which tokens it reads). Every call leaves both caches holding
     the `context` tokens."""
     generator = torch.Generator().manual_seed(0)
@@ -129,7 +109,7 @@ def measure(pair: ModelPair, context: int = 200, windows: tuple[int, ...] = WIND
         calls["draft prefill"] = draft_prefill
         for window in sorted({1, *draft_windows}):
             calls[f"draft {window}"] = functools.partial(draft_pass, window)
-        ms = _timed_in_turns(calls, repeats)
+        ms = timed_in_turns(calls, repeats)
     return PassCostCurve(cpu=cpu_name, setup=pair.setup, context=context, windows=tuple(windows),
                          target_ms=tuple(ms[f"target {w}"] for w in windows), draft_call_ms=ms["draft 1"],
                          draft_prefill_ms=ms["draft prefill"], draft_windows=tuple(draft_windows),

@@ -365,14 +365,27 @@ def _widest_linear(model: torch.nn.Module, but: torch.nn.Module | None = None,
     return max(layers, key=lambda m: m.weight.numel(), default=None)
 
 
-def _median_ms(call, repeats: int) -> float:
-    call()  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
+def timed_in_turns(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each call's median milliseconds after one untimed warm-up (the first call at a new shape sets up
+    its kernels), timed in turns: every repeat runs every call once, in alternating order. A shared
+    machine has busy seconds; timed one call's repeats after another's, such a second falls on one
+    call alone (seen in the cost curve, decoding/costcurve.py: a pass over 2 tokens priced at 1.55
+    one-token passes, over 4 at 1.54, where runs then paid 1.1-1.3, which kept the cost-aware rule
+    plain for a whole run). In turns it falls on all of them alike, and their ratios hold."""
+    for call in calls.values():
         call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for repeat in range(repeats):
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            calls[name]()
+            times[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(ms) for name, ms in times.items()}
+
+
+def _median_ms(call: Callable[[], object], repeats: int) -> float:
+    return timed_in_turns({"call": call}, repeats)["call"]
 
 
 def to_window_products(model: torch.nn.Module) -> None:
