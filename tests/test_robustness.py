@@ -225,6 +225,36 @@ def test_a_tiny_time_budget_shows_partial_results_marked_partial(bundled_pair, m
     assert state_of(status) == "done", message_of(status)
 
 
+
+def test_a_stopped_run_ends_by_itself_and_its_last_message_says_stopped(bundled_pair):
+    """Stop does not cancel the run through Gradio (an update sent just before could reach the page
+    after Stop's own answer and replace "Stopped", as it once did in CI): the run sees the Stop at
+    its next step and its next message, its last, says "Stopped"; the models are free again."""
+    from types import SimpleNamespace
+
+    from specviz.decoding.lookup import LookupSettings
+    from specviz.ui import events
+    from specviz.ui.inputs import PAGE_WIDGETS
+
+    alice = SimpleNamespace(session_hash="alice")
+    settings = [w.setting.default if w.setting else False for w in PAGE_WIDGETS]
+    outputs = events.run(alice, GOOD["prompt"], GOOD["preset"], 64, 0, None, "model",
+                         LookupSettings.max_ngram, LookupSettings.max_tokens, *settings)
+    for status, *_ in outputs:
+        if "Running" in message_of(status):
+            break
+    else:
+        pytest.fail("the run never streamed")
+    stopped = events.stop(None, alice)
+    assert "Stopped" in message_of(stopped[0])
+    after = list(outputs)
+    assert len(after) == 1, [message_of(o[0]) for o in after]
+    assert state_of(after[0][0]) == "warning" and "Stopped" in message_of(after[0][0])
+    assert events.TURNS.waiting() == 0
+    status, _ = run_app()  # the next visitor's run is whole
+    assert state_of(status) == "done", message_of(status)
+
+
 # ---- limits from the environment ---------------------------------------------------------------
 
 

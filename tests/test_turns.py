@@ -162,3 +162,27 @@ def test_a_stopped_run_never_waits_or_runs_again_even_if_it_is_resumed(clock, mo
     assert not turns.try_start(waiting) and not turns.alive(waiting) and turns.waiting() == 0
     mine = turns.join(30.0, owner="a")  # the visitor's next Run is a new ticket, served as usual
     assert turns.try_start(mine) and turns.alive(mine)
+
+
+def test_a_run_stopped_while_its_pair_loads_ends_there(clock, monkeypatch):
+    """Stop during a cold start: the run says nothing more of the load (a later "Loading…" would
+    replace "Stopped" on the page) and gets no pair; the load itself is not this run's to end."""
+    from specviz.pair.models import LoadState
+    from specviz.ui import turns as turns_module
+
+    loaded = []
+
+    def fake_wait_for_pair(name):
+        for step in ("Reading the draft", "Reading the target"):
+            yield LoadState("loading", step)
+        loaded.append(name)
+        yield "the pair"
+
+    monkeypatch.setattr(turns_module, "wait_for_pair", fake_wait_for_pair)
+    turns = Turns(clock=clock)
+    mine = turns.join(30.0, owner="a")
+    steps = turns_module.take_turn(turns, mine, "some-preset", poll_s=0)
+    assert isinstance(next(steps), LoadState)
+    turns.cancel("a")
+    assert next(steps, None) is None
+    assert loaded == [] and not turns.alive(mine)

@@ -62,7 +62,7 @@ from .turns import RunSession, Standing, Turns, waiting_message
 logger = logging.getLogger("specviz.app")
 EXPORT_FOLDERS = ExportFolders()
 
-# Model work is serialized: a run cancelled by Stop finishes its current step in a worker thread,
+# Model work is serialized: a run stopped by Stop finishes its current step in a worker thread,
 # and the next run must not start computing on the shared pair until that step is over.
 MODEL_LOCK = threading.Lock()
 # Whole comparisons take turns, first come first served, so that a waiting visitor can be told
@@ -179,8 +179,8 @@ class _PageRun:
         yield _outputs(status_html("Starting…", "running"), _columns(None, self.active),
                        eos=sorted(pair.eos_token_ids))
         run_started = time.monotonic()
-        yield from self.stream(steps, request, run_started)
-        if self.comparison is not None:
+        went_on = yield from self.stream(steps, request, run_started)
+        if went_on and self.comparison is not None:
             yield from self.finish(run_started)
 
     def wait_for_pair(self):
@@ -206,7 +206,8 @@ class _PageRun:
 
     def stream(self, steps, request, run_started: float):
         """The engine steps in a worker thread; while one long step runs (an oracle round drafting
-        28 tokens, a long stretch of the oracle's search) the status still ticks."""
+        28 tokens, a long stretch of the oracle's search) the status still ticks. Returns False if
+        the run lost its turn (Stop) on the way."""
         steps = with_heartbeat(steps, HEARTBEAT_S, MODEL_LOCK)
         pacer = Pacer(COLUMN_EVERY_S)
         sent_charts, sent_page = run_started, run_started  # the first chart update comes with data
@@ -220,8 +221,9 @@ class _PageRun:
         for update in steps:
             now = time.monotonic()
             if not self.session.alive(update):
+                steps.close()  # the worker stops after the step under way
                 yield from self.lost_turn()
-                return
+                return False
             if update is None:  # a long engine step: the status says the run goes on
                 if now - sent_page >= STILL_RUNNING_S:
                     sent_page = now
@@ -244,11 +246,12 @@ class _PageRun:
             yield _outputs(running(message), self.changed(_columns(comparison, self.active, live=live)),
                            *(_charts(_with_live(comparison, live)) if charts else (None, None)),
                            summary_table(comparison) if ended else None, comparison if ended else None)
+        return True
 
     def lost_turn(self):
         _log_lost_turn()
-        if self.session.ticket.stopped:  # Stop, and Gradio's cancel did not reach this run in time
-            yield _stopped(self.comparison, self.active)
+        if self.session.ticket.stopped:  # the run's last message on its stream: nothing it sent
+            yield _stopped(self.comparison, self.active)  # before can replace "Stopped"
 
     def finish(self, run_started: float):
         comparison = self.comparison
@@ -275,8 +278,8 @@ def _session(visitor: gr.Request | None) -> str | None:
 
 
 def stop(comparison, visitor: gr.Request = None):
-    """After Stop cancelled the run: hand its turn with the models back, keep finished columns,
-    mark the others as stopped."""
+    """Stop: hand the run's turn with the models back (the run ends at its next step, saying
+    "Stopped" itself), keep finished columns, mark the others as stopped."""
     if (session := _session(visitor)) is not None:
         TURNS.cancel(session)
     active = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or (
@@ -285,8 +288,8 @@ def stop(comparison, visitor: gr.Request = None):
 
 
 def _stopped(comparison, active) -> tuple:
-    """What the page shows after Stop, from Stop's own answer or from a stopped run that was
-    resumed all the same: whichever reaches the page last, it says "Stopped"."""
+    """What the page shows after Stop, from Stop's own answer and from the stopped run's last
+    message: whichever reaches the page last, it says "Stopped"."""
     return _outputs(status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
                     _columns(comparison, active, running=False, note="stopped"))
 

@@ -36,7 +36,7 @@ def with_heartbeat(steps: Iterator[T], every_s: float,
                    lock: AbstractContextManager | None = None) -> Iterator[T | None]:
     """Yield the items of `steps`, each computed in a worker thread (under `lock`, if given), and
     None whenever `every_s` seconds pass while a step is still running. An exception in a step is
-    raised here. Closing this generator (a cancelled run) stops the worker after its current step."""
+    raised here. Closing this generator (a stopped run) stops the worker after its current step."""
     want, stop = threading.Event(), threading.Event()
     results: Queue = Queue()
 

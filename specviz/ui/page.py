@@ -256,14 +256,17 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
         # visitor where it stands; Gradio's queue only holds what exceeds that many.
         concurrency_id="specviz-runs", concurrency_limit=limits.queue_size + 1,
         api_visibility="private",  # scripts call the `compare` endpoint: data in, JSON out
-        # After Stop the frontend may still count the cancelled run as pending; "once" would then
-        # swallow the next click on Run. Runs are serialized by the queue either way.
+        # A stopped run may still be ending when its visitor presses Run again; "once" would then
+        # swallow that click. Runs are serialized by the queue either way.
         trigger_mode="multiple",
     )
     _then_views(run_event, p)
     # Stop does no model work: outside the queue, so that nothing queued can hold its answer back.
-    p.stop_button.click(stop, inputs=[p.last], outputs=[p.status, *p.columns], cancels=[run_event], queue=False,
-                        **QUIET)
+    # It does not cancel the run through Gradio: an update the run sent just before could then
+    # reach the page after Stop's answer (they travel apart) and replace "Stopped". Stop hands the
+    # run's turn back instead; the run sees that at its next step or heartbeat (a quarter second)
+    # and ends with "Stopped" itself, the last message on its own stream.
+    p.stop_button.click(stop, inputs=[p.last], outputs=[p.status, *p.columns], queue=False, **QUIET)
     imported = _then_views(p.upload.upload(import_json, p.upload, p.view_all, **NO_MODEL), p)
     imported.then(lambda: None, None, p.upload, queue=False, **QUIET)  # ready for the next file
     for button, example in zip(p.example_buttons, examples):

@@ -6,8 +6,8 @@ start at once and wait here, in order of arrival, for their turn with the models
 compares take their turns here too. While it waits, a run can say where it stands: its place,
 and how long until it starts, estimated from the running comparison's own progress.
 
-A run whose visitor pressed Stop is a generator nobody resumes: Stop hands its ticket back
-(`cancel`, by the visitor's session). One whose visitor left holds its ticket until it has not
+Stop hands a visitor's tickets back (`cancel`, by the visitor's session): its run sees that at
+its next step and ends, saying "Stopped". One whose visitor left holds its ticket until it has not
 been seen for `stale_s`, so a stranded run never blocks the queue for long.
 """
 
@@ -101,8 +101,7 @@ class Turns:
 
     def cancel(self, owner: str) -> None:
         """Hand back every ticket of this visitor (its Stop): the next run need not wait for the
-        stopped one to go stale, and the stopped run, should it be resumed (Gradio's cancel does
-        not always reach a run in time), neither waits nor runs again."""
+        stopped one to go stale, and the stopped run neither waits nor runs again."""
         with self._lock:
             for ticket in self._tickets:
                 if ticket.owner == owner:
@@ -152,6 +151,8 @@ def take_turn(turns: Turns, ticket: Ticket, preset: str,
         time.sleep(poll_s)
     for state in wait_for_pair(preset):
         turns.alive(ticket)
+        if ticket.stopped:  # Stop while the pair loads: the load goes on for later runs, this one ends
+            return
         yield state
 
 
