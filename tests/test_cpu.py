@@ -334,6 +334,28 @@ def test_the_cost_curve_times_its_calls_in_turns():
     assert set(ms) == set("abc") and all(v >= 0 for v in ms.values())
 
 
+def test_the_set_up_checks_time_both_sides_in_the_same_turns(monkeypatch):
+    """Each check compares two kernels: timed one after the other, a busy second of a shared
+    machine would fall on one of them and choose the set-up. Both sides go in one set of turns."""
+    timed: list[set[str]] = []
+    in_turns = cpu.timed_in_turns
+
+    def recorded(calls, repeats):
+        timed.append(set(calls))
+        return in_turns(calls, repeats)
+
+    monkeypatch.setattr(cpu, "timed_in_turns", recorded)
+    model = wide_llama(0)
+    for check in (cpu.window_products_pay, cpu.fp32_packing_pays, cpu.bf16_one_row_pays,
+                  lambda m: cpu.int4_one_row_pays(m, native_bf16=False)):
+        assert isinstance(check(model), bool)
+    expected = [{"usual", "weight first"}, {"usual one", "usual window", "packed one", "packed window"},
+                {"fp32", "bf16"}]
+    if hasattr(torch, "_weight_int4pack_mm_for_cpu"):
+        expected.append({"int4", "bf16"})
+    assert timed == expected
+
+
 def test_measured_prices_never_fall_with_the_window(monkeypatch, tiny_pair):
     """A pass over more tokens does all one over fewer does: a curve that falls holds a busy
     moment's price, which would make a round's first draft token look dearer than it is."""

@@ -303,9 +303,9 @@ def window_products_pay(model: torch.nn.Module, rows: int = 8, repeats: int = 5)
         return False
     x = torch.randn(rows, widest.in_features, dtype=widest.weight.dtype)
     with torch.inference_mode():
-        usual = _median_ms(lambda: F.linear(x, widest.weight), repeats)
-        weight_first = _median_ms(lambda: widest.weight @ x.T, repeats)
-    return weight_first < 0.8 * usual
+        ms = timed_in_turns({"usual": lambda: F.linear(x, widest.weight),
+                             "weight first": lambda: widest.weight @ x.T}, repeats)
+    return ms["weight first"] < 0.8 * ms["usual"]
 
 
 def fp32_packing_pays(model: torch.nn.Module, rows: int = 8, repeats: int = 5) -> bool:
@@ -319,10 +319,10 @@ def fp32_packing_pays(model: torch.nn.Module, rows: int = 8, repeats: int = 5) -
     packed = PackedLinear(widest, (), torch.float32)
     one, window = torch.randn(1, widest.in_features), torch.randn(rows, widest.in_features)
     with torch.inference_mode():
-        usual = _median_ms(lambda: F.linear(one, widest.weight), repeats) + _median_ms(
-            lambda: F.linear(window, widest.weight), repeats)
-        oned = _median_ms(lambda: packed(one), repeats) + _median_ms(lambda: packed(window), repeats)
-    return oned < usual
+        ms = timed_in_turns({"usual one": lambda: F.linear(one, widest.weight),
+                             "usual window": lambda: F.linear(window, widest.weight),
+                             "packed one": lambda: packed(one), "packed window": lambda: packed(window)}, repeats)
+    return ms["packed one"] + ms["packed window"] < ms["usual one"] + ms["usual window"]
 
 
 def bf16_one_row_pays(model: torch.nn.Module, repeats: int = 5) -> bool:
@@ -333,9 +333,9 @@ def bf16_one_row_pays(model: torch.nn.Module, repeats: int = 5) -> bool:
         return False
     x, half = torch.randn(1, widest.in_features), widest.weight.to(torch.bfloat16)
     with torch.inference_mode():
-        fp32 = _median_ms(lambda: F.linear(x, widest.weight), repeats)
-        bf16 = _median_ms(lambda: F.linear(x.to(torch.bfloat16), half), repeats)
-    return bf16 < 0.8 * fp32
+        ms = timed_in_turns({"fp32": lambda: F.linear(x, widest.weight),
+                             "bf16": lambda: F.linear(x.to(torch.bfloat16), half)}, repeats)
+    return ms["bf16"] < 0.8 * ms["fp32"]
 
 
 def int4_one_row_pays(model: torch.nn.Module, native_bf16: bool, repeats: int = 5) -> bool:
@@ -354,7 +354,8 @@ def int4_one_row_pays(model: torch.nn.Module, native_bf16: bool, repeats: int = 
     x = torch.randn(1, widest.in_features)
     int4, bf16 = Int4Linear(widest), PackedLinear(widest, None) if native_bf16 else CastLinear(widest)
     with torch.inference_mode():
-        return _median_ms(lambda: int4(x), repeats) < 0.8 * _median_ms(lambda: bf16(x), repeats)
+        ms = timed_in_turns({"int4": lambda: int4(x), "bf16": lambda: bf16(x)}, repeats)
+    return ms["int4"] < 0.8 * ms["bf16"]
 
 
 def _widest_linear(model: torch.nn.Module, but: torch.nn.Module | None = None,
@@ -371,7 +372,8 @@ def timed_in_turns(calls: dict[str, Callable[[], object]], repeats: int) -> dict
     machine has busy seconds; timed one call's repeats after another's, such a second falls on one
     call alone (seen in the cost curve, decoding/costcurve.py: a pass over 2 tokens priced at 1.55
     one-token passes, over 4 at 1.54, where runs then paid 1.1-1.3, which kept the cost-aware rule
-    plain for a whole run). In turns it falls on all of them alike, and their ratios hold."""
+    plain for a whole run). In turns it falls on all of them alike, and their ratios hold: the set-up
+    checks here compare kernels by them, the cost curve prices windows."""
     for call in calls.values():
         call()
     times: dict[str, list[float]] = {name: [] for name in calls}
@@ -382,10 +384,6 @@ def timed_in_turns(calls: dict[str, Callable[[], object]], repeats: int) -> dict
             calls[name]()
             times[name].append((time.perf_counter() - started) * 1000)
     return {name: statistics.median(ms) for name, ms in times.items()}
-
-
-def _median_ms(call: Callable[[], object], repeats: int) -> float:
-    return timed_in_turns({"call": call}, repeats)["call"]
 
 
 def to_window_products(model: torch.nn.Module) -> None:
@@ -607,9 +605,9 @@ def kquant_pays(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], ker
     other = PackedLinear(linear) if native_bf16 else WindowLinear(linear)
     one, window = torch.randn(1, linear.in_features), torch.randn(8, linear.in_features)
     with torch.inference_mode():
-        mine = _median_ms(lambda: quant(one), repeats) + _median_ms(lambda: quant(window), repeats)
-        theirs = _median_ms(lambda: other(one), repeats) + _median_ms(lambda: other(window), repeats)
-    return mine < theirs
+        ms = timed_in_turns({"mine one": lambda: quant(one), "mine window": lambda: quant(window),
+                             "theirs one": lambda: other(one), "theirs window": lambda: other(window)}, repeats)
+    return ms["mine one"] + ms["mine window"] < ms["theirs one"] + ms["theirs window"]
 
 
 def kquant_draft_pays(draft: torch.nn.Module, kernel: Path, repeats: int = 5) -> bool:
@@ -626,7 +624,8 @@ def kquant_draft_pays(draft: torch.nn.Module, kernel: Path, repeats: int = 5) ->
         return True
     theirs = Int4Linear(widest)
     with torch.inference_mode():
-        return _median_ms(lambda: mine(x), repeats) < _median_ms(lambda: theirs(x), repeats)
+        ms = timed_in_turns({"mine": lambda: mine(x), "theirs": lambda: theirs(x)}, repeats)
+    return ms["mine"] < ms["theirs"]
 
 
 def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path) -> int:
