@@ -90,9 +90,10 @@ def test_stop_hands_the_visitors_tickets_back_at_once(clock):
     turns = Turns(clock=clock)
     stopped, other, me = turns.join(30.0, owner="a"), turns.join(30.0, owner="b"), turns.join(30.0, owner="c")
     assert turns.try_start(stopped)
-    turns.cancel("a")  # no waiting for it to go stale
+    assert turns.cancel("a")  # no waiting for it to go stale
     assert not turns.alive(stopped)
     assert turns.try_start(other) and turns.standing(me).place == 1
+    assert not turns.cancel("a") and not turns.cancel("nobody")  # nothing left to stop: the page says so itself
 
 
 def test_expected_seconds_come_from_the_presets_measured_cost():

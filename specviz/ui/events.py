@@ -278,18 +278,21 @@ def _session(visitor: gr.Request | None) -> str | None:
 
 
 def stop(comparison, visitor: gr.Request = None):
-    """Stop: hand the run's turn with the models back (the run ends at its next step, saying
-    "Stopped" itself), keep finished columns, mark the others as stopped."""
-    if (session := _session(visitor)) is not None:
-        TURNS.cancel(session)
+    """Stop: hand the run's turn with the models back. The run then ends at its next step or
+    heartbeat (a quarter second) and says "Stopped" itself, as the last message on its own
+    stream; this answer leaves the page to it, since it travels apart from that stream and an
+    update the run sent just before could arrive after it. With no run to stop: "Stopped" here,
+    finished columns kept, the others marked as stopped."""
+    if (session := _session(visitor)) is not None and TURNS.cancel(session):
+        return (gr.skip(),) * (1 + len(ALL_COLUMNS))
     active = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or (
         comparison is not None and any(t.policy == p for t in comparison.traces))]
     return _stopped(comparison, active)[: 1 + len(ALL_COLUMNS)]
 
 
 def _stopped(comparison, active) -> tuple:
-    """What the page shows after Stop, from Stop's own answer and from the stopped run's last
-    message: whichever reaches the page last, it says "Stopped"."""
+    """What the page shows after Stop: the stopped run's last message (or Stop's own answer when
+    there was no run)."""
     return _outputs(status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
                     _columns(comparison, active, running=False, note="stopped"))
 

@@ -262,10 +262,11 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
     )
     _then_views(run_event, p)
     # Stop does no model work: outside the queue, so that nothing queued can hold its answer back.
-    # It does not cancel the run through Gradio: an update the run sent just before could then
-    # reach the page after Stop's answer (they travel apart) and replace "Stopped". Stop hands the
-    # run's turn back instead; the run sees that at its next step or heartbeat (a quarter second)
-    # and ends with "Stopped" itself, the last message on its own stream.
+    # It does not cancel the run through Gradio, and its answer does not say "Stopped" over a
+    # live run: an update the run sent just before could reach the page after that answer (they
+    # travel apart) and replace "Stopped". Stop hands the run's turn back; the run sees that at its
+    # next step or heartbeat (a quarter second) and ends with "Stopped", the last message on its
+    # own stream.
     p.stop_button.click(stop, inputs=[p.last], outputs=[p.status, *p.columns], queue=False, **QUIET)
     imported = _then_views(p.upload.upload(import_json, p.upload, p.view_all, **NO_MODEL), p)
     imported.then(lambda: None, None, p.upload, queue=False, **QUIET)  # ready for the next file

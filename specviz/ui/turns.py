@@ -99,14 +99,16 @@ class Turns:
             if ticket in self._tickets:
                 self._tickets.remove(ticket)
 
-    def cancel(self, owner: str) -> None:
+    def cancel(self, owner: str) -> bool:
         """Hand back every ticket of this visitor (its Stop): the next run need not wait for the
-        stopped one to go stale, and the stopped run neither waits nor runs again."""
+        stopped one to go stale, and the stopped run neither waits nor runs again. Whether the
+        visitor had any."""
         with self._lock:
-            for ticket in self._tickets:
-                if ticket.owner == owner:
-                    ticket.stopped = True
+            mine = [t for t in self._tickets if t.owner == owner]
+            for ticket in mine:
+                ticket.stopped = True
             self._tickets = [t for t in self._tickets if t.owner != owner]
+            return bool(mine)
 
     def standing(self, ticket: Ticket) -> Standing:
         """Place in line and estimated wait: what is left of the running comparison, plus the
