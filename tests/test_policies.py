@@ -239,6 +239,58 @@ def test_cost_aware_comes_back_to_drafting_after_an_unlucky_start():
     assert all(drafted[-10:]), drafted  # ... and it is drafting again, and keeps to it
 
 
+# The real pair on an Intel Xeon with AMX (issue 60): a one-token pass 76.9 ms, two tokens 91.2, a
+# draft call 30.1, the draft's catch-up over a backlog 30-80 ms.
+XEON = PassCosts(30.1, (76.9, *(91.2 + 4.0 * w for w in range(19))),
+                 catch_up_ms=tuple(30.1 + 50.0 * w / 31 for w in range(32)))
+
+
+def test_cost_aware_does_not_stay_plain_after_long_accepted_rounds_and_a_backlog():
+    """Issue 60: after two fully accepted rounds of 20 the run's rate overshot what a round's first
+    token could clear, and each plain round made the next catch-up dearer: the rule as it was
+    (study/variants.py's first-token) stayed plain to the end. Weighing the whole round, it drafts
+    again at once."""
+    from specviz.study.variants import FirstToken
+
+    long_rounds = [([0.88, 0.95, 1.0, 0.97] * 5, 20)] * 2
+    then = [([0.95] * 20, 5)] * 60
+    assert run_rounds(FirstToken(XEON), long_rounds + then)[2:] == [0] * 60  # the trap, as it was
+    drafted = run_rounds(CostAware(XEON), long_rounds + then)
+    assert all(drafted[2:]), drafted
+
+
+def test_cost_aware_plain_streaks_end_however_long_the_backlog():
+    """The backlog is a debt any drafting round pays: its size cannot keep the rule plain. After an
+    unlucky stretch on a pair where drafting pays, the widened estimate brings the rule back
+    within a bound set by the prices, whatever backlog the plain rounds left."""
+    rule = CostAware(XEON)
+    run_rounds(rule, [([0.9] * 20, 0)] * 6)  # six rounds whose first token was rejected
+    position, streak = rule.position + 1, 0
+    while not rule.start_round(position):
+        rule.end_round(0, 0, [])
+        position, streak = position + 1, streak + 1
+    assert 0 < streak <= 40 and position - rule.fed > streak  # plain for a while, with a backlog, then back
+
+
+def test_cost_aware_never_drafts_a_draft_that_never_pays_however_long_it_waits():
+    """A copy of the target costs a pass a call: no window pays even if every token were accepted, so
+    the widened estimate (which reaches 1) never makes it draft, over a whole long answer."""
+    prices = PassCosts(draft_call_ms=100.0, target_ms=(100.0, 103.0, 106.0))
+    assert run_rounds(CostAware(prices), [([0.99] * 20, 20)] * 300) == [0] * 300
+
+
+def test_a_cost_aware_round_is_planned_at_the_window_the_rule_would_reach():
+    """The plan weighs the round at its best window up to where the token-by-token test would stop,
+    prices its first call over a drafting round's backlog at most, and is kept per round."""
+    rule = CostAware(XEON)
+    rule.fed, rule.tokens, rule.time_ms = 0, 40.0, 400.0  # a run going at 100 tokens/s: a high bar
+    plan = rule.plan(50)  # a backlog of 50 since the draft last read
+    assert plan.first_call_ms == XEON.catch_up(2)
+    assert plan.drafts and plan.rate > plan.plain_rate == 1 / 76.9
+    assert plan.window == 1  # past the first token, each costs a call and would not clear 100 tokens/s
+    assert rule.start_round(50) == 20 and rule.plans == [rule.plan(50)]
+
+
 def test_cost_aware_never_lowers_its_bar_below_plain_decoding():
     """Bad rounds drag the run's rate below plain decoding's; plain decoding is still to be had, so
     the bar a token must clear stays at its rate (else each bad round would excuse the next)."""

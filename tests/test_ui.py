@@ -479,12 +479,13 @@ def test_the_cost_aware_round_chart_and_its_stop_reason():
     assert rule_rounds(None) == [] and rule_rounds(_trace("dynamic")) == []  # a run without the rule: no chart
     trace = _cost_aware_trace()
     seen = rule_rounds(trace)
-    assert [len(r.decisions) for r in seen] == [4, 3]  # the start, then a choice after every token
+    assert [len(r.decisions) for r in seen] == [3, 2]  # the plan drafts the first token, then a choice after each
     first = seen[0]
-    assert [d.drafts for d in first.decisions] == [True, True, True, False]
+    assert first.plan.drafts and [d.drafts for d in first.decisions] == [True, True, False]
     assert first.expected_per_s()[0] == pytest.approx(1 / 10.0 * 1000)  # plain decoding: one token a pass
     series = {t.meta["series"]: t for t in rule_round_figure(first).data}
-    assert set(series) >= {"marginal", "expected", "rate", "stop", "ideal", "actual"}
+    assert set(series) >= {"marginal", "expected", "plan", "rate", "plain", "stop", "ideal", "actual"}
+    assert list(series["marginal"].x) == [2, 3, 4] and list(series["plan"].x) == [first.plan.window]
     assert list(series["stop"].x) == [3, 3] and list(series["ideal"].x) == [2, 2]
     assert series["actual"].y[0] == pytest.approx(3 / 14 * 1000)  # 3 tokens in 4 + 10 ms
     reason = stop_reason(trace.rounds[1], trace)

@@ -287,9 +287,9 @@ def _along(curve: tuple[float, ...], count: int) -> float:
 
 @dataclass(frozen=True)
 class Decision:
-    """One choice of the cost-aware rule: is the `window`-th draft token of the round worth it?"""
+    """One choice of the cost-aware rule within a round: is the `window`-th draft token worth it?"""
 
-    window: int  # the token weighed: 1 is the round's first
+    window: int  # the token weighed: 2 is the round's second (the first is the round's plan)
     gain: float  # the extra tokens it is expected to bring
     cost_ms: float  # what it costs: a draft call and one more row in the verification pass
     rate: float  # the run's tokens per ms so far: what gain / cost has to beat
@@ -299,49 +299,102 @@ class Decision:
         return self.gain / self.cost_ms > self.rate
 
 
+@dataclass(frozen=True)
+class RoundPlan:
+    """The cost-aware rule's test at a round's start: the round at its best window, against plain
+    decoding. `window` 0: no window beat plain decoding, so the round drafts nothing."""
+
+    window: int  # the best window, as planned (the round may stop sooner or later, token by token)
+    tokens: float  # the tokens the round is expected to commit at that window (the target's own included)
+    cost_ms: float  # what it is expected to cost: the draft's calls and the verification pass
+    chance: float  # the acceptance each undrafted token was priced at
+    first_call_ms: float  # the draft's first call, as priced
+    plain_rate: float  # plain decoding's tokens per ms, 1 / V(1): what the round has to beat
+    bar: float  # the run's rate at the round's start: what each later token must clear (`CostAware.rate`)
+
+    @property
+    def drafts(self) -> bool:
+        return self.window > 0
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.cost_ms
+
+
+STEADY_BACKLOG = 2  # what a drafting round leaves the draft to read: the target's token, and the last accepted one
+
+
 class CostAware(Policy):
-    """Keep drafting while one more draft token is worth what it costs on this machine.
+    """Draft a round when the round is worth what it costs on this machine, and within it keep
+    drafting while one more token is.
 
     Why this rule. A round is a renewal cycle: it takes some time and commits some tokens, so the
-    long-run rate is E[tokens per round] / E[time per round]. Adding a step that brings g expected
-    tokens at a cost of c milliseconds raises that rate exactly when g / c exceeds the rate itself
-    (for the best rate R*, this stopping rule is the optimal one: Dinkelbach's argument for
-    ratios). One more draft token after n drafted brings g = P(the n drafted are all accepted) x a,
-    where a is the chance that the next one is accepted too, and costs c = one draft call plus what
-    one more row adds to the verification pass, V(n + 2) - V(n + 1). So: draft token n + 1 while
-    g / c > R, at most `max_tokens` a round. R is the run's throughput so far (its tokens over the
-    time its rounds took, priced with the same costs, with plain decoding's 1 / V(1) as a prior
-    worth `prior_weight` tokens), but never below 1 / V(1): plain decoding is always to be had, so
-    the best rate is at least its. Where even the first token is not worth it, the round drafts
-    nothing, which is plain decoding, as it should be where a draft costs as much as the target.
+    long-run rate is E[tokens per round] / E[time per round].
+
+    *Within a round*, adding a step that brings g expected tokens at a cost of c milliseconds raises
+    that rate exactly when g / c exceeds the rate itself (for the best rate R*, this stopping rule
+    is the optimal one: Dinkelbach's argument for ratios). One more draft token after n drafted
+    brings g = P(the n drafted are all accepted) x a, where a is the chance that the next one is
+    accepted too, and costs c = one draft call plus what one more row adds to the verification
+    pass, V(n + 2) - V(n + 1). So: draft token n + 1 while g / c > R, at most `max_tokens` a round.
+    R is the run's throughput so far (its tokens over the time its rounds took, priced with the same
+    costs, with plain decoding's 1 / V(1) as a prior worth `prior_weight` tokens), but never below
+    1 / V(1): plain decoding is always to be had, so the best rate is at least its.
+
+    *At a round's start* the choice is between two kinds of cycle: a plain round (one token in
+    V(1)) and a drafting round. A drafting round stopped at window w brings E[T_w] = 1 + f + f a +
+    ... + f a^(w - 1) tokens (f: the chance its first token is accepted, a: each later one's) in
+    E[t_w] = its first call + (w - 1) draft calls + V(w + 1). It can stop early, and it will stop
+    where the token-by-token test above would, so it is worth its best rate over the windows up to
+    that one, max_w E[T_w] / E[t_w]. The round drafts when that beats plain decoding's 1 / V(1)
+    (`RoundPlan`). Two things the first token alone (the rule before issue 60) got wrong:
+    - It weighed the first token against R. On a CPU the first token is the dearest (it carries
+      the verification pass's second row and the draft's catch-up), and after a few long accepted
+      rounds R overshoots what the run can keep: at an overshooting bar the shortest cycle, a plain
+      round, always wins, and a plain round teaches nothing, so the rule stayed plain for the rest
+      of the run (the real pair on an AMX Xeon: after two rounds of 20, 60 plain rounds). The start
+      test compares whole rounds' rates with plain decoding's, which needs no estimate of R; R
+      only decides how far the round goes.
+    - It charged the first token the catch-up over the whole backlog of plain rounds. The backlog
+      is a debt: the draft reads every committed token once (drafters.Drafter), so the next round
+      that drafts pays it, and every plain round before that only adds a row. Drafting now or a
+      round later pays the same debt; only drafting never again saves it, and over a long run a
+      one-off cost does not move a rate. So the plan prices the first call as a drafting round
+      leaves it, over at most `STEADY_BACKLOG` tokens: the backlog cannot keep the rule plain (the
+      run's own time still counts the whole catch-up, when the clock pays it).
+    Hence the bound on a plain streak: between plain rounds the test changes only through f, which
+    after s plain rounds in a row is the run's acceptance raised by sqrt(ln(1 + s) / n) (n: the
+    verdicts behind it, prior included; see below). If f* is the first-token chance at which the
+    best round just beats plain decoding (from the prices and the run's acceptance alone), a streak
+    ends after s = exp(n (f* - a)^2) - 1 rounds at most; after a round whose tokens were all
+    accepted, a is high, so where drafting paid before it pays at once. A draft for which no window
+    pays even when its first token is sure (a call costing about a target pass: a copy of the
+    target) never drafts. Only the first token is widened: widening every token of a planned window
+    would make long windows look sure, and a round whose later tokens the token-by-token test then
+    cuts short (it reads the draft's calibrated probabilities, not the widened estimate) pays the
+    dear first token for little.
 
     Prices (`PassCosts`, measured on the pair, fixed for the run): a draft call, the target's pass
-    V(w) over w new tokens, and a row-exact draft's catch-up call over 1, 2, ... tokens. The draft
-    reads every committed token once, in its drafting or in a round's catch-up (drafters.Drafter),
-    so a backlog left by plain rounds is paid when drafting resumes. A row-exact draft reads it in
-    one call, and that call (`PassCosts.catch_up`) is what the clock pays for the round's first
-    token, so it is that token's price. A draft that reads one call per token pays one call for
-    it, and its backlog is counted in the run's rate only: charged to the decision, it would grow
-    with every plain round until drafting never paid again.
+    V(w) over w new tokens, and a row-exact draft's catch-up call over 1, 2, ... tokens (a draft
+    that reads one call per token pays one call for its first token).
 
     Acceptance: the draft's probability calibrated on the run's own verdicts, in ten bins of
     probability, accepted / judged with a prior worth `prior_weight` tokens that the draft is
     calibrated (a = p); tokens after a round's first rejection are unjudged. The next token's
-    chance is estimated by the last one's (a draft's confidence runs in streaks); a round's first
-    token gets the run's acceptance so far (prior 1/2). A round that drafts nothing learns nothing,
-    so after s plain rounds in a row that estimate is raised by sqrt(ln(1 + s) / n), n the verdicts
-    behind it (an upper confidence bound, as in bandit rules), capped at 1: an estimate left low by
-    a few early rejections cannot keep the rule plain for good, and a pair on which even a sure
-    first token does not pay never drafts.
+    chance is estimated by the last one's (a draft's confidence runs in streaks); a round's plan
+    prices its tokens at the run's acceptance so far (prior 1/2). A round that drafts nothing
+    learns nothing, so after s plain rounds in a row the plan's first token is priced at that
+    estimate raised by sqrt(ln(1 + s) / n) (an upper confidence bound, as in bandit rules), capped
+    at 1: an estimate left low by a few early rejections cannot keep the rule plain for good.
 
-    The rule looks one token ahead, although a CPU's verification pass is not convex (its second
-    row can cost a whole pass, the rows after it little, so one more token may not pay where eight
-    would). Rules that plan the whole window from the round's start were tried on the kept
-    comparisons and rejected: docs/HISTORY.md, "The cost-aware rule: variants tried and rejected";
-    `python -m specviz costaware-variants` (study/variants.py) replays every variant.
+    Rules that plan every token of the window from the round's start at the run's rate were tried
+    on the kept comparisons and rejected (docs/HISTORY.md, "The cost-aware rule: variants tried and
+    rejected"); `python -m specviz costaware-variants` (study/variants.py) replays every variant,
+    the rule before issue 60 among them (`first-token`).
 
     Every decision depends only on probabilities, verdicts and the prices, so the what-if replay
-    reproduces the rule exactly, given the same prices. Each is kept in `decisions`, per round.
+    reproduces the rule exactly, given the same prices. Each round's plan is kept in `plans`, and
+    every choice within it in `decisions`, per round.
     """
 
     name = "costaware"
@@ -358,7 +411,8 @@ class CostAware(Policy):
         self.position = 0
         self.plain_rounds = 0  # rounds in a row that drafted nothing
         self.alive = 1.0  # P(every token drafted so far this round is accepted)
-        self.decisions: list[list[Decision]] = []  # per round, every choice it made (ui's round chart)
+        self.plans: list[RoundPlan] = []  # per round, its start test (ui's round chart)
+        self.decisions: list[list[Decision]] = []  # per round, every choice after its first token
 
     # ---- the numbers the rule weighs ----
 
@@ -367,45 +421,68 @@ class CostAware(Policy):
         b = min(self.BINS - 1, max(0, int(prob * self.BINS)))
         return (self.accepted_in_bin[b] + self.prior_weight * prob) / (self.judged_in_bin[b] + self.prior_weight)
 
+    def run_acceptance(self) -> float:
+        """The run's acceptance of judged draft tokens so far (prior 1/2)."""
+        return (sum(self.accepted_in_bin) + 0.5 * self.prior_weight) / (sum(self.judged_in_bin) + self.prior_weight)
+
     def first_acceptance(self) -> float:
         """The chance that a round's first draft token is accepted, before it is drafted: the
         run's acceptance so far, widened after plain rounds (see the class's docstring)."""
         judged = sum(self.judged_in_bin) + self.prior_weight
-        estimate = (sum(self.accepted_in_bin) + 0.5 * self.prior_weight) / judged
-        return min(1.0, estimate + math.sqrt(math.log1p(self.plain_rounds) / judged))
+        return min(1.0, self.run_acceptance() + math.sqrt(math.log1p(self.plain_rounds) / judged))
 
     def rate(self) -> float:
-        """The bar a step must clear, in tokens per millisecond: the run's rate so far (with plain
-        decoding's as a prior worth a few tokens), but never below plain decoding's own, which is
-        always to be had: a run dragged down by bad rounds must not lower its bar for more of them."""
+        """The bar a token within a round must clear, in tokens per millisecond: the run's rate so
+        far (with plain decoding's as a prior worth a few tokens), but never below plain decoding's
+        own, which is always to be had: a run dragged down by bad rounds must not lower its bar for
+        more of them."""
         plain = 1.0 / self.prices.verify_ms(1)
         run = (self.tokens + self.prior_weight) / (self.time_ms + self.prior_weight * self.prices.verify_ms(1))
         return max(run, plain)
 
-    def worth(self, gain: float, cost_ms: float, window: int) -> bool:
-        decision = Decision(window, gain, cost_ms, self.rate())
-        self.decisions[-1].append(decision)
-        return decision.drafts
+    def first_call_ms(self, position: int) -> float:
+        """The draft's first call of a round as the plan prices it: over the backlog a drafting
+        round leaves, the debt beyond it set aside (see the class's docstring)."""
+        if not self.prices.catch_up_ms:
+            return self.prices.draft_call_ms
+        return self.prices.catch_up(max(1, min(position - self.fed, STEADY_BACKLOG)))
+
+    def plan(self, position: int) -> RoundPlan:
+        """The round as the rule would draft it, stopped at its best window, or window 0 where no
+        window beats plain decoding. Its first token is priced at `first_acceptance`, the ones
+        after it at the run's acceptance, and it reaches as far as the token-by-token test would
+        go on those chances (see the class's docstring)."""
+        first, later, bar = self.first_acceptance(), self.run_acceptance(), self.rate()
+        first_ms, call, verify = self.first_call_ms(position), self.prices.draft_call_ms, self.prices.verify_ms
+        best = RoundPlan(0, 1.0, verify(1), first, first_ms, 1.0 / verify(1), bar)  # plain decoding
+        tokens, alive = 1.0 + first, first
+        for window in range(1, self.max_tokens + 1):
+            if window > 1:
+                if alive * later / (call + verify(window + 1) - verify(window)) <= bar:
+                    break  # the token-by-token test would stop before this token
+                alive *= later
+                tokens += alive
+            cost = first_ms + (window - 1) * call + verify(window + 1)
+            if tokens / cost > best.rate:
+                best = RoundPlan(window, tokens, cost, first, first_ms, best.plain_rate, bar)
+        return best
 
     # ---- the policy interface ----
 
     def start_round(self, position: int) -> int:
         self.position, self.alive = position, 1.0
         self.decisions.append([])
-        cost = self.first_call_ms(position) + self.prices.verify_ms(2) - self.prices.verify_ms(1)
-        return self.max_tokens if self.worth(self.first_acceptance(), cost, 1) else 0
-
-    def first_call_ms(self, position: int) -> float:
-        """What the draft pays for a round's first token: where it reads its backlog in one call,
-        that call (see the class's docstring); else one call, the backlog counted in the run's rate."""
-        return self.prices.catch_up(position - self.fed) if self.prices.catch_up_ms else self.prices.draft_call_ms
+        self.plans.append(self.plan(position))
+        return self.max_tokens if self.plans[-1].drafts else 0
 
     def keep_drafting(self, step: DraftStep) -> bool:
         chance = self.acceptance(step.prob)
         self.alive *= chance
         drafted = step.index + 1
         cost = self.prices.draft_call_ms + self.prices.verify_ms(drafted + 2) - self.prices.verify_ms(drafted + 1)
-        return self.worth(self.alive * chance, cost, drafted + 1)
+        decision = Decision(drafted + 1, self.alive * chance, cost, self.rate())
+        self.decisions[-1].append(decision)
+        return decision.drafts
 
     def end_round(self, drafted: int, accepted: int, probs: Sequence[float]) -> None:
         for i, prob in enumerate(probs[: min(drafted, accepted + 1)]):  # tokens after a rejection: unjudged

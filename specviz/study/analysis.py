@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..decoding.policies import CostAware, Decision, DraftStep, PassCosts
+from ..decoding.policies import CostAware, Decision, DraftStep, PassCosts, RoundPlan
 from ..decoding.trace import Comparison, Round, Trace
 from .costs import StudyPassCosts
 
@@ -344,11 +344,13 @@ def verdict_counts(trace: Trace, comparison: Comparison) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class RuleRound:
-    """One round of a cost-aware run as the rule weighed it: each token it considered, what it
+    """One round of a cost-aware run as the rule weighed it: its plan at the start (the round at
+    its best window against plain decoding), then each further token it considered, what it
     expected that token to bring and cost, and the run's rate it had to beat; then what happened."""
 
     index: int
-    decisions: list[Decision]  # window 1, 2, ...: the last one is the token it did not draft (or the budget's)
+    plan: RoundPlan
+    decisions: list[Decision]  # window 2, 3, ...: the last one is the token it did not draft (or the budget's)
     lookahead: int
     accepted: int
     oracle_ideal: int | None
@@ -359,17 +361,17 @@ class RuleRound:
 
     @property
     def rate_per_s(self) -> float:
-        """The run's tokens per second when the round started: the bar every token had to clear."""
-        return self.decisions[0].rate * 1000 if self.decisions else 0.0
+        """The run's tokens per second when the round started: the bar every later token had to clear."""
+        return self.plan.bar * 1000
 
     def expected_per_s(self) -> list[float]:
         """Expected tokens per second of this round had it drafted 0, 1, 2, ... tokens, as the rule
-        saw it: (1 + the expected accepted tokens) over draft calls plus the verification pass."""
-        out, tokens = [], 1.0
-        for drafted in range(len(self.decisions) + 1):
-            if drafted:
-                tokens += self.decisions[drafted - 1].gain
-            ms = drafted * self.draft_call_ms + self.verify_ms[min(drafted, len(self.verify_ms) - 1)]
+        saw it: (1 + the expected accepted tokens) over the draft's calls plus the verification pass."""
+        out, tokens = [1000 / self.verify_ms[0]], 1.0 + self.plan.chance
+        for drafted in range(1, len(self.decisions) + 2):
+            if drafted > 1:
+                tokens += self.decisions[drafted - 2].gain
+            ms = self.plan.first_call_ms + (drafted - 1) * self.draft_call_ms + self.verify_ms[drafted]
             out.append(tokens / ms * 1000)
         return out
 
@@ -389,7 +391,7 @@ def rule_rounds(trace: Trace | None) -> list[RuleRound]:
             rule.keep_drafting(DraftStep(i, r.draft_ids[i], prob))
         rule.end_round(r.lookahead, r.accepted, r.draft_probs)
         decisions = rule.decisions[-1]
-        out.append(RuleRound(r.index, decisions, r.lookahead, r.accepted, r.oracle_ideal, prices.draft_call_ms,
-                             [prices.verify_ms(w + 1) for w in range(len(decisions) + 1)],
+        out.append(RuleRound(r.index, rule.plans[-1], decisions, r.lookahead, r.accepted, r.oracle_ideal,
+                             prices.draft_call_ms, [prices.verify_ms(w + 1) for w in range(len(decisions) + 2)],
                              (r.draft_s - r.draft_prefill_s + r.verify_s) * 1000, len(r.committed_ids)))
     return out

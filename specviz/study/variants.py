@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..decoding.policies import CostAware, DraftStep, Dynamic, PassCosts, Policy
+from ..decoding.policies import CostAware, Decision, DraftStep, Dynamic, PassCosts, Policy
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
 from .costs import StudyPassCosts
@@ -31,11 +31,27 @@ from .records import PromptResult
 from .runner import ResultStore, saved_runs
 from .sweep import Observations, observations, replay_passes
 
-STUDIES = ("study-bundled-costaware", "study-bundled-zen4", "study-xeon", "study-zen4-int4")
+STUDIES = ("study-bundled-costaware", "study-bundled-zen4", "study-xeon", "study-zen4-int4", "study-real-kquant-zen3")
 GUARD = 0.95  # issue 29: never more than 5% slower than target-only on a prompt
 
 
 # ---- the variants ----------------------------------------------------------------------------
+
+
+class FirstToken(CostAware):
+    """The rule before issue 60: a round starts when its first token alone clears the run's rate,
+    that token charged the draft's catch-up over the whole backlog plus V(2) - V(1). After long
+    accepted rounds the rate overshoots and every plain round makes the next catch-up dearer, so a
+    run could stay plain to its end."""
+
+    def start_round(self, position: int) -> int:
+        self.position, self.alive = position, 1.0
+        self.decisions.append([])
+        backlog = self.prices.catch_up(position - self.fed) if self.prices.catch_up_ms else self.prices.draft_call_ms
+        cost = backlog + self.prices.verify_ms(2) - self.prices.verify_ms(1)
+        first = Decision(1, self.first_acceptance(), cost, self.rate())
+        self.decisions[-1].append(first)
+        return self.max_tokens if first.drafts else 0
 
 
 class WindowPlanner(CostAware):
@@ -162,7 +178,10 @@ def draft_prefill_ms(comparison: Comparison) -> float:
 
 Make = Callable[[PassCosts, Comparison], Policy]
 VARIANTS: dict[str, tuple[str, Make]] = {
-    "shipped": ("the rule as shipped", lambda prices, c: CostAware(prices, 20)),
+    "shipped": ("the rule as shipped: a round starts when its best window beats plain decoding",
+                lambda prices, c: CostAware(prices, 20)),
+    "first-token": ("the rule before issue 60: a round starts when its first token clears the run's rate",
+                    lambda prices, c: FirstToken(prices, 20)),
     "window": ("weighs the best stop ahead, undrafted tokens at the run's acceptance",
                lambda prices, c: WindowPlanner(prices)),
     "hindsight": ("the same, told each prompt's acceptance in advance (not a rule: a bound)",

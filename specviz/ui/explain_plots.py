@@ -227,10 +227,11 @@ def _pass_cost_title(passes, windows: list[int], medians: list[float | None]) ->
 
 
 def rule_round_figure(rule_round: RuleRound, label: str = "cost-aware") -> go.Figure:
-    """One round of the cost-aware rule: bars for what each further draft token was expected to
-    add per second (drafted while above the run's rate, the dashed line), the round's expected
-    tokens per second had it stopped after n tokens, where it stopped, the oracle's ideal, and what
-    the round really did."""
+    """One round of the cost-aware rule: its plan (the round at its best window, drafted only if
+    that beats plain decoding), bars for what each further draft token was expected to add per
+    second (drafted while above the run's rate, the dashed line), the round's expected tokens per
+    second had it stopped after n tokens, where it stopped, the oracle's ideal, and what the round
+    really did."""
     rr = rule_round
     windows = [d.window for d in rr.decisions]
     marginal = [d.gain / d.cost_ms * 1000 for d in rr.decisions]
@@ -249,12 +250,27 @@ def rule_round_figure(rule_round: RuleRound, label: str = "cost-aware") -> go.Fi
                              line={"color": VERIFY_TIME_COLOR, "width": 2},
                              hovertemplate="stop after %{x} tokens: %{y:.1f} tokens/s expected<extra></extra>",
                              meta={"series": "expected"}))
-    top = max([*marginal, *expected, rr.rate_per_s, 1.0])
-    fig.add_trace(go.Scatter(x=[-0.5, max(windows, default=1) + 0.5], y=[rr.rate_per_s] * 2, mode="lines",
-                             name="the run's rate so far (the bar to clear)",
+    plan, plain_per_s = rr.plan, rr.plan.plain_rate * 1000
+    fig.add_trace(go.Scatter(x=[plan.window], y=[plan.rate * 1000], mode="markers",
+                             name="the round as planned (drafted only if above plain decoding)",
+                             marker={"color": ACCEPTED_COLOR if plan.drafts else OTHER_TIME_COLOR, "symbol": "diamond",
+                                     "size": 13},
+                             hovertemplate=(f"planned: {plan.window} tokens, {plan.tokens:.2f} expected in "
+                                            f"{plan.cost_ms:.0f} ms = %{{y:.1f}} tokens/s against plain decoding's "
+                                            f"{plain_per_s:.1f}<extra></extra>"),
+                             meta={"series": "plan"}))
+    top = max([*marginal, *expected, rr.rate_per_s, plan.rate * 1000, 1.0])
+    right = max([*windows, rr.lookahead, plan.window, 1]) + 0.5
+    fig.add_trace(go.Scatter(x=[-0.5, right], y=[rr.rate_per_s] * 2, mode="lines",
+                             name="the run's rate so far (the bar for each further token)",
                              line={"color": BASELINE_LINE_COLOR, "dash": "dash"},
                              hovertemplate=f"the run so far: {rr.rate_per_s:.1f} tokens/s<extra></extra>",
                              meta={"series": "rate"}))
+    fig.add_trace(go.Scatter(x=[-0.5, right], y=[plain_per_s] * 2, mode="lines",
+                             name="plain decoding (the bar for the round)",
+                             line={"color": BASELINE_LINE_COLOR, "dash": "dot"},
+                             hovertemplate=f"plain decoding: {plain_per_s:.1f} tokens/s<extra></extra>",
+                             meta={"series": "plain"}))
     marks = [(rr.lookahead, f"drafted {rr.lookahead}", THRESHOLD_COLOR, "solid", "stop")]
     if rr.oracle_ideal is not None:
         marks.append((rr.oracle_ideal, f"oracle's ideal {rr.oracle_ideal}", ORACLE_LINE_COLOR, "dot", "ideal"))

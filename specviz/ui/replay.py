@@ -93,14 +93,21 @@ def stop_reason(r: Round, trace: Trace, eos_ids: Collection[int] = ()) -> StopRe
 
 
 def _priced_stop(r: Round, trace: Trace) -> StopReason | None:
-    """Why the cost-aware rule stopped: the next token's expected worth fell below the run's rate."""
+    """Why the cost-aware rule stopped: no window of the round beat plain decoding, or the next
+    token's expected worth fell below the run's rate."""
     rounds = {rr.index: rr for rr in rule_rounds(trace)}
     seen = rounds.get(r.index)
-    if seen is None or not seen.decisions or seen.decisions[-1].drafts:
+    if seen is None:
+        return None
+    if not seen.plan.drafts:
+        plan = seen.plan
+        return StopReason("price", f"the round was not worth drafting: no window beat plain decoding's "
+                                   f"{plan.plain_rate * 1000:.1f} tokens/s (its first token expected accepted at "
+                                   f"{plan.chance:.2f})")
+    if not seen.decisions or seen.decisions[-1].drafts:
         return None  # it wanted more: the budget or the end of text stopped it
     last = seen.decisions[-1]
-    what = "even the round's first token" if last.window == 1 else f"token {last.window}"
-    return StopReason("price", f"{what} was not worth its price: {last.gain:.2f} expected tokens for "
+    return StopReason("price", f"token {last.window} was not worth its price: {last.gain:.2f} expected tokens for "
                                f"{last.cost_ms:.0f} ms, {last.gain / last.cost_ms * 1000:.1f} tokens/s, below the "
                                f"run's {last.rate * 1000:.1f} tokens/s")
 
