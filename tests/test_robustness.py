@@ -235,7 +235,7 @@ def test_a_stopped_run_ends_by_itself_and_its_last_message_says_stopped(bundled_
     import gradio as gr
 
     from specviz.decoding.lookup import LookupSettings
-    from specviz.ui import events
+    from specviz.ui import events, server_state
     from specviz.ui.inputs import PAGE_WIDGETS
 
     alice = SimpleNamespace(session_hash="alice")
@@ -252,7 +252,7 @@ def test_a_stopped_run_ends_by_itself_and_its_last_message_says_stopped(bundled_
     after = list(outputs)
     assert len(after) == 1, [message_of(o[0]) for o in after]
     assert state_of(after[0][0]) == "warning" and "Stopped" in message_of(after[0][0])
-    assert events.TURNS.waiting() == 0
+    assert server_state.TURNS.waiting() == 0
     status, _ = run_app()  # the next visitor's run is whole
     assert state_of(status) == "done", message_of(status)
     assert "Stopped" in message_of(events.stop(None, alice)[0])  # nothing to stop: Stop says it itself

@@ -9,7 +9,6 @@ package. None of these events is in the public API (see `api.py`).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import replace
 from html import escape as html_escape
@@ -17,7 +16,6 @@ from html import escape as html_escape
 import gradio as gr
 import pandas as pd
 
-from .. import settings
 from ..decoding.lookup import LookupSettings
 from ..decoding.pipeline import Limits, compare_preset, make_request
 from ..decoding.policies import format_modes
@@ -57,17 +55,11 @@ from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_fi
 from .presentation import presentation_requested
 from .render import SUMMARY_HEADERS, render_trace, summary_rows
 from .replay import replay_html, replay_step
-from .turns import RunSession, Standing, Turns, waiting_message
+from .server_state import MODEL_LOCK, TURNS, preloading
+from .turns import RunSession, Standing, waiting_message
 
 logger = logging.getLogger("specviz.app")
-EXPORT_FOLDERS = ExportFolders()
-
-# Model work is serialized: a run stopped by Stop finishes its current step in a worker thread,
-# and the next run must not start computing on the shared pair until that step is over.
-MODEL_LOCK = threading.Lock()
-# Whole comparisons take turns, first come first served, so that a waiting visitor can be told
-# where it stands (turns.py); MODEL_LOCK still guards each step.
-TURNS = Turns()
+EXPORT_FOLDERS = ExportFolders()  # the page's downloads (the API writes none)
 NOT_STARTED = "not started yet: another run has the models"
 
 
@@ -505,10 +497,6 @@ def show_example(example):
 
 
 # ---- the model line, presentation mode, the preload -------------------------------------------
-
-
-def preloading() -> bool:
-    return settings.read("SPECVIZ_PRELOAD") != "0"
 
 
 def model_status(preset):

@@ -30,7 +30,6 @@ from .events import (
     import_json,
     model_status,
     preload,
-    preloading,
     presentation_from_url,
     replay_move,
     replay_pick,
@@ -46,6 +45,7 @@ from .files import MAX_IMPORT_BYTES, Example, load_examples
 from .inputs import PAGE_WIDGETS, PageWidget, server_options
 from .presentation import TOGGLE_JS
 from .render import LEGEND_HTML, SUMMARY_HEADERS
+from .server_state import preloading
 from .style import CSS, PAGE_JS, THEME
 
 STUDY_URL = "https://huggingface.co/blog/dynamic_speculation_lookahead"
@@ -252,7 +252,7 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
         inputs=[p.prompt, p.preset, p.max_tokens, p.temperature, p.seed, p.draft, p.lookup_ngram, p.lookup_tokens,
                 *p.setting_widgets],
         outputs=p.view_all, show_progress="full", show_progress_on=[p.status],
-        # Runs start at once and wait for the models in events.TURNS, which can tell a waiting
+        # Runs start at once and wait for the models in server_state.TURNS, which can tell a waiting
         # visitor where it stands; Gradio's queue only holds what exceeds that many.
         concurrency_id="specviz-runs", concurrency_limit=limits.queue_size + 1,
         api_visibility="private",  # scripts call the `compare` endpoint: data in, JSON out
