@@ -20,7 +20,7 @@ VARIABLES: dict[str, str] = {
     "SPECVIZ_MCP": "ui/page.py mcp_enabled",
     "SPECVIZ_ALLOW_HUB_MODELS": "pair/presets.py get_preset",
     "SPECVIZ_DEFAULT_PRESET": "pair/presets.py default_preset",
-    "SPECVIZ_PRELOAD": "ui/events.py preloading",
+    "SPECVIZ_PRELOAD": "ui/server_state.py preloading",
     "SPECVIZ_CACHE": "pair/weights.py cache_root",
     "SPECVIZ_TARGET_SETUP": "pair/cpu.py choose_target",
     "SPECVIZ_DRAFT_SETUP": "pair/cpu.py choose_draft",

@@ -30,6 +30,7 @@ def run_app(**overrides) -> tuple:
     from specviz.decoding.lookup import LookupSettings
     from specviz.ui import events
     from specviz.ui.inputs import PAGE_WIDGETS
+    from specviz.ui.outputs import COMPARISON_OUTPUTS
 
     given = {**GOOD, **overrides}
     settings = [given.get(w.elem_id.replace("-", "_"), w.setting.default if w.setting else False)
@@ -39,9 +40,9 @@ def run_app(**overrides) -> tuple:
                               LookupSettings.max_ngram, LookupSettings.max_tokens, *settings):
         pass
     assert outputs is not None
-    status = outputs[0]
-    columns = [o for o in outputs if isinstance(o, str) and 'class="specviz-column"' in o]
-    return status, columns
+    shown = COMPARISON_OUTPUTS.read(outputs)
+    columns = [c for c in shown["columns"] if isinstance(c, str) and 'class="specviz-column"' in c]
+    return shown["status"], columns
 
 
 def state_of(status: str) -> str:
@@ -235,27 +236,30 @@ def test_a_stopped_run_ends_by_itself_and_its_last_message_says_stopped(bundled_
     import gradio as gr
 
     from specviz.decoding.lookup import LookupSettings
-    from specviz.ui import events
+    from specviz.ui import events, server_state
     from specviz.ui.inputs import PAGE_WIDGETS
+    from specviz.ui.outputs import COMPARISON_OUTPUTS, STOP_OUTPUTS
 
     alice = SimpleNamespace(session_hash="alice")
     settings = [w.setting.default if w.setting else False for w in PAGE_WIDGETS]
     outputs = events.run(alice, GOOD["prompt"], GOOD["preset"], 64, 0, None, "model",
                          LookupSettings.max_ngram, LookupSettings.max_tokens, *settings)
-    for status, *_ in outputs:
-        if "Running" in message_of(status):
+    for shown in map(COMPARISON_OUTPUTS.read, outputs):
+        if "Running" in message_of(shown["status"]):
             break
     else:
         pytest.fail("the run never streamed")
     answer = events.stop(None, alice)
+    assert len(answer) == len(STOP_OUTPUTS)
     assert all(isinstance(o, type(gr.skip())) for o in answer)  # the page is the run's to update
-    after = list(outputs)
-    assert len(after) == 1, [message_of(o[0]) for o in after]
-    assert state_of(after[0][0]) == "warning" and "Stopped" in message_of(after[0][0])
-    assert events.TURNS.waiting() == 0
+    after = [COMPARISON_OUTPUTS.read(o)["status"] for o in outputs]
+    assert len(after) == 1, [message_of(status) for status in after]
+    assert state_of(after[0]) == "warning" and "Stopped" in message_of(after[0])
+    assert server_state.TURNS.waiting() == 0
     status, _ = run_app()  # the next visitor's run is whole
     assert state_of(status) == "done", message_of(status)
-    assert "Stopped" in message_of(events.stop(None, alice)[0])  # nothing to stop: Stop says it itself
+    stopped = STOP_OUTPUTS.read(events.stop(None, alice))
+    assert "Stopped" in message_of(stopped["status"])  # nothing to stop: Stop says it itself
 
 
 # ---- limits from the environment ---------------------------------------------------------------

@@ -454,6 +454,41 @@ def test_the_views_handler_answers_every_output_it_is_wired_to():
         assert len(views(None, [])) == len(function.outputs)
 
 
+def test_each_event_is_wired_to_the_outputs_its_handler_answers_by_name():
+    """The page wires Run, an import, an example, Stop and the views to the components named in
+    outputs.py, in that order, so a handler's answer built by name lands where it belongs."""
+    from specviz.ui.outputs import COMPARISON_OUTPUTS, EXAMPLE_OUTPUTS, STOP_OUTPUTS, VIEW_OUTPUTS
+    from specviz.ui.page import build_demo
+
+    expected = {"run": COMPARISON_OUTPUTS, "import_json": COMPARISON_OUTPUTS, "open_example": EXAMPLE_OUTPUTS,
+                "stop": STOP_OUTPUTS, "views": VIEW_OUTPUTS}
+    seen = set()
+    for function in build_demo().fns.values():
+        name = getattr(function.fn, "__name__", "")
+        if name in expected:
+            seen.add(name)
+            assert len(function.outputs) == len(expected[name]), name
+    assert seen == set(expected) - ({"open_example"} if not load_examples() else set())
+
+
+def test_an_answer_by_name_fills_every_output_it_does_not_name_with_a_skip():
+    import gradio as gr
+
+    from specviz.ui.outputs import Group, Outputs
+
+    outputs = Outputs("status", Group("columns", 2), "plot")
+    answer = outputs.answer(columns=["a", "b"], plot=None)
+    assert answer == (gr.skip(), "a", "b", None)  # None is sent: it clears the plot
+    assert outputs.read(answer) == {"status": gr.skip(), "columns": ["a", "b"], "plot": None}
+    assert outputs.answer() == (gr.skip(),) * len(outputs) and len(outputs) == 4
+    with pytest.raises(TypeError):
+        outputs.answer(colums=["a", "b"])  # a name not among the outputs
+    with pytest.raises(ValueError):
+        outputs.answer(columns=["a"])  # a group of the wrong size
+    page = type("Page", (), {"status": 1, "columns": [2, 3], "plot": 4})()
+    assert outputs.components(page) == [1, 2, 3, 4]
+
+
 def _cost_aware_trace() -> Trace:
     """A cost-aware run of two rounds on a pair where a draft call costs 2 ms and a window is about
     one pass: it drafts (a sure first token is worth it), the target takes two of three, then a

@@ -1,6 +1,6 @@
 """The public API as Gradio endpoints (the "Use via API" page of a Space): the functions of
 `api.py` with their errors turned into messages for the client, their runs logged, and model
-work sharing the page's lock.
+work sharing the page's turns and lock (`server_state.py`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from ..decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
 from ..errors import SpecVizError
 from ..pair.presets import DEFAULT_PRESET
 from . import api
-from .events import MODEL_LOCK, TURNS
 from .inputs import lookup_value
+from .server_state import MODEL_LOCK, TURNS
 
 logger = logging.getLogger("specviz.app")
 

@@ -1,15 +1,15 @@
 """What the page does when a visitor acts: run a comparison (streamed), stop it, open an example
 or an imported file, step the replay, move the what-if slider, make the downloads.
 
-Each handler takes widget values and returns widget updates; model work goes through
-`specviz.decoding.pipeline`, and every piece of HTML comes from the escaping formatters in this
-package. None of these events is in the public API (see `api.py`).
+Each handler takes widget values and returns widget updates, built by the names of its event's
+outputs (`outputs.py`); model work goes through `specviz.decoding.pipeline`, and every piece of
+HTML comes from the escaping formatters in this package. None of these events is in the public
+API (see `api.py`), and the state the page shares with it is in `server_state.py`.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import replace
 from html import escape as html_escape
@@ -17,7 +17,6 @@ from html import escape as html_escape
 import gradio as gr
 import pandas as pd
 
-from .. import settings
 from ..decoding.lookup import LookupSettings
 from ..decoding.pipeline import Limits, compare_preset, make_request
 from ..decoding.policies import format_modes
@@ -52,22 +51,17 @@ from .inputs import (
     ticked_columns,
     widget_modes,
 )
+from .outputs import COMPARISON_OUTPUTS, EXAMPLE_OUTPUTS, STOP_OUTPUTS, VIEW_OUTPUTS
 from .pacing import Pacer
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 from .presentation import presentation_requested
 from .render import SUMMARY_HEADERS, render_trace, summary_rows
 from .replay import replay_html, replay_step
-from .turns import RunSession, Standing, Turns, waiting_message
+from .server_state import MODEL_LOCK, TURNS, preloading
+from .turns import RunSession, Standing, waiting_message
 
 logger = logging.getLogger("specviz.app")
-EXPORT_FOLDERS = ExportFolders()
-
-# Model work is serialized: a run stopped by Stop finishes its current step in a worker thread,
-# and the next run must not start computing on the shared pair until that step is over.
-MODEL_LOCK = threading.Lock()
-# Whole comparisons take turns, first come first served, so that a waiting visitor can be told
-# where it stands (turns.py); MODEL_LOCK still guards each step.
-TURNS = Turns()
+EXPORT_FOLDERS = ExportFolders()  # the page's downloads (the API writes none)
 NOT_STARTED = "not started yet: another run has the models"
 
 
@@ -85,18 +79,6 @@ def summary_table(comparison) -> pd.DataFrame:
     """The summary table's rows (empty before any comparison)."""
     rows = summary_rows(comparison) if comparison is not None else []
     return pd.DataFrame(rows, columns=SUMMARY_HEADERS)
-
-
-def _outputs(status: str, columns: list[str], lookahead=None, progress=None, table=None, state=None,
-             eos=None) -> tuple:
-    """The handler's outputs in order; None for a plot/table/state means: leave it as it is."""
-    skip = gr.skip()
-    return (status, *columns,
-            skip if lookahead is None else lookahead,
-            skip if progress is None else progress,
-            skip if table is None else table,
-            skip if state is None else state,
-            skip if eos is None else eos)
 
 
 def _columns(comparison, active=ALL_COLUMNS, **kwargs) -> list[str]:
@@ -147,13 +129,14 @@ def run(visitor: gr.Request, prompt, preset, max_new_tokens, temperature=0, seed
     except SpecVizError as error:  # bad input, or a model pair that cannot load (cause and fix included)
         if isinstance(error, ModelLoadError):
             logger.error("Loading %s failed: %s", preset, error)
-        yield _outputs(status_html(str(error), "error"),
-                       _columns(page.comparison, page.active, running=False, note="no result (see the message above)"))
+        yield COMPARISON_OUTPUTS.answer(status=status_html(str(error), "error"), columns=_columns(
+            page.comparison, page.active, running=False, note="no result (see the message above)"))
     except Exception:  # anything unexpected: log it, tell the user, end the spinner
         logger.exception("SpecViz run failed")
-        yield _outputs(status_html("Something went wrong on the server; the error was logged. "
-                                   "Try again, perhaps with fewer tokens.", "error"),
-                       _columns(page.comparison, page.active, running=False, note="no result"))
+        yield COMPARISON_OUTPUTS.answer(
+            status=status_html("Something went wrong on the server; the error was logged. "
+                               "Try again, perhaps with fewer tokens.", "error"),
+            columns=_columns(page.comparison, page.active, running=False, note="no result"))
     finally:
         if page.session is not None:
             page.session.leave()
@@ -173,11 +156,11 @@ class _PageRun:
         self.session = RunSession(TURNS, self.preset, request, limits, owner)
         pair = yield from self.wait_for_pair()
         if pair is None:  # its visitor pressed Stop while it waited
-            yield _stopped(None, self.active)
+            yield COMPARISON_OUTPUTS.answer(**_stopped(None, self.active))
             return
         steps = self.session.steps(pair)  # a prompt too long for the pair: refused here, before any model work
-        yield _outputs(status_html("Starting…", "running"), _columns(None, self.active),
-                       eos=sorted(pair.eos_token_ids))
+        yield COMPARISON_OUTPUTS.answer(status=status_html("Starting…", "running"),
+                                        columns=_columns(None, self.active), eos_state=sorted(pair.eos_token_ids))
         run_started = time.monotonic()
         went_on = yield from self.stream(steps, request, run_started)
         if went_on and self.comparison is not None:
@@ -189,11 +172,13 @@ class _PageRun:
         pair = None
         for state in self.session.wait():
             if isinstance(state, Standing):  # another run has the models
-                yield _outputs(status_html(waiting_message(state), "waiting"),
-                               _columns(None, self.active, running=False, note=NOT_STARTED))
+                yield COMPARISON_OUTPUTS.answer(status=status_html(waiting_message(state), "waiting"),
+                                                columns=_columns(None, self.active, running=False, note=NOT_STARTED))
             elif isinstance(state, LoadState):  # a Run pressed during a cold start waits for it, saying which step runs
-                yield (load_status_html(state, self.preset), *_columns(None, self.active), None, None,
-                       summary_table(None), None, gr.skip())
+                # (the last comparison's charts, table and state cleared meanwhile)
+                yield COMPARISON_OUTPUTS.answer(status=load_status_html(state, self.preset),
+                                                columns=_columns(None, self.active), lookahead_plot=None,
+                                                progress_plot=None, summary=summary_table(None), last=None)
             else:
                 pair = state
         return pair
@@ -227,7 +212,7 @@ class _PageRun:
             if update is None:  # a long engine step: the status says the run goes on
                 if now - sent_page >= STILL_RUNNING_S:
                     sent_page = now
-                    yield _outputs(running(message), [gr.skip()] * len(ALL_COLUMNS))
+                    yield COMPARISON_OUTPUTS.answer(status=running(message))
                 continue
             comparison, live, message = update.comparison, update.running, update.message
             self.comparison = comparison
@@ -243,15 +228,24 @@ class _PageRun:
             charts = ended or now - sent_charts >= CHARTS_EVERY_S
             if charts:
                 sent_charts = now
-            yield _outputs(running(message), self.changed(_columns(comparison, self.active, live=live)),
-                           *(_charts(_with_live(comparison, live)) if charts else (None, None)),
-                           summary_table(comparison) if ended else None, comparison if ended else None)
+            yield self.frame(running(message), live, charts, ended)
         return True
+
+    def frame(self, status: str, live, charts: bool, ended: bool) -> tuple:
+        """One update of a streaming run: the status and the columns that changed; the charts when
+        `charts`, and the summary table and the comparison when a policy has just `ended`."""
+        comparison = self.comparison
+        shown = {"status": status, "columns": self.changed(_columns(comparison, self.active, live=live))}
+        if charts:
+            shown["lookahead_plot"], shown["progress_plot"] = _charts(_with_live(comparison, live))
+        if ended:
+            shown.update(summary=summary_table(comparison), last=comparison)
+        return COMPARISON_OUTPUTS.answer(**shown)
 
     def lost_turn(self):
         _log_lost_turn()
         if self.session.ticket.stopped:  # the run's last message on its stream: nothing it sent
-            yield _stopped(self.comparison, self.active)  # before can replace "Stopped"
+            yield COMPARISON_OUTPUTS.answer(**_stopped(self.comparison, self.active))  # before can replace "Stopped"
 
     def finish(self, run_started: float):
         comparison = self.comparison
@@ -263,9 +257,9 @@ class _PageRun:
         logger.info("run finished: %d policies%s in %.1f s, of which model work %.1f s (as the engine reports it)",
                     len(comparison.traces), " (partial)" if comparison.partial else "",
                     time.monotonic() - run_started, comparison.model_s())
-        yield _outputs(status_html(done_message(comparison), state),
-                       _columns(comparison, self.active, running=False, note=note),
-                       *_charts(comparison), summary_table(comparison), comparison)
+        yield COMPARISON_OUTPUTS.answer(status=status_html(done_message(comparison), state),
+                                        columns=_columns(comparison, self.active, running=False, note=note),
+                                        **_finished(comparison))
 
 
 def _log_lost_turn() -> None:
@@ -284,17 +278,17 @@ def stop(comparison, visitor: gr.Request = None):
     update the run sent just before could arrive after it. With no run to stop: "Stopped" here,
     finished columns kept, the others marked as stopped."""
     if (session := _session(visitor)) is not None and TURNS.cancel(session):
-        return (gr.skip(),) * (1 + len(ALL_COLUMNS))
+        return STOP_OUTPUTS.answer()  # every output left as it is
     active = [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or (
         comparison is not None and any(t.policy == p for t in comparison.traces))]
-    return _stopped(comparison, active)[: 1 + len(ALL_COLUMNS)]
+    return STOP_OUTPUTS.answer(**_stopped(comparison, active))
 
 
-def _stopped(comparison, active) -> tuple:
-    """What the page shows after Stop: the stopped run's last message (or Stop's own answer when
-    there was no run)."""
-    return _outputs(status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
-                    _columns(comparison, active, running=False, note="stopped"))
+def _stopped(comparison, active) -> dict:
+    """What the page shows after Stop, by output: the stopped run's last message (or Stop's own
+    answer when there was no run)."""
+    return {"status": status_html("Stopped. Finished columns are kept; press Run to start again.", "warning"),
+            "columns": _columns(comparison, active, running=False, note="stopped")}
 
 
 # ---- after a run or an import: what-if sweep, threshold chart, replay, downloads --------------
@@ -330,19 +324,38 @@ def what_if(comparison, eos, draft_cost=None):
 
 def views(comparison, eos):
     """The views computed from a finished comparison (milliseconds: no models involved)."""
-    skip = gr.skip()
     if comparison is None or not comparison.traces:
-        return (skip,) * (14 + len(EXTRA_COLUMNS))  # one per output: the views, then a box per extra column
+        return VIEW_OUTPUTS.answer()  # every view left as it is
     ratio = measured_draft_cost_ratio(comparison)
     cost = gr.Slider(value=round(min(1.0, max(0.01, ratio)), 2) if ratio else 0.5,
                      visible=comparison.draft_along_reference is not None)
+    explained = _explained(comparison)
+    what_if_view = _what_if_view(comparison, eos)
+    adaptive = any(t.policy == "adaptive" for t in comparison.traces)
+    threshold_plot = gr.Plot(_fit(threshold_figure(comparison)) if adaptive else None, visible=adaptive)
+    labels = [t.label for t in comparison.traces]
+    trace = comparison.traces[0]
+    extra = [gr.Column(visible=any(t.policy == p for t in comparison.traces)) for p in EXTRA_COLUMNS]
+    return VIEW_OUTPUTS.answer(
+        **what_if_view, draft_cost=cost, **explained, threshold_plot=threshold_plot,
+        replay_policy=gr.Dropdown(choices=labels, value=trace.label, interactive=True),
+        replay_round=gr.Slider(minimum=1, maximum=max(2, len(trace.rounds)), value=1, step=1, interactive=True),
+        replay_panel=_replay_panel(comparison, trace.label, 1, eos), extra_boxes=extra)
+
+
+def _explained(comparison) -> dict:
+    """The "Why?" charts, and the cost-aware rule's first round (hidden when it did not run)."""
     explain = explain_figures(comparison)
     rule_trace = _cost_aware(comparison)
     rounds = rule_rounds(rule_trace)
-    explained = (_fit(explain["calibration"]), _fit(explain["positions"]), explain["work"],
-                 _fit(explain["pass_costs"]),
-                 gr.Slider(minimum=1, maximum=max(2, len(rounds)), value=1, visible=bool(rounds)),
-                 _rule_plot(rounds, rule_trace, 1))
+    return {"calibration_plot": _fit(explain["calibration"]), "positions_plot": _fit(explain["positions"]),
+            "work_plot": explain["work"], "pass_cost_plot": _fit(explain["pass_costs"]),
+            "rule_round": gr.Slider(minimum=1, maximum=max(2, len(rounds)), value=1, visible=bool(rounds)),
+            "rule_plot": _rule_plot(rounds, rule_trace, 1)}
+
+
+def _what_if_view(comparison, eos) -> dict:
+    """The what-if sweep's chart, table and note (a note alone when the run cannot be replayed)."""
     if can_replay(comparison):
         sweep_plot, sweep_table = what_if(comparison, eos)
         note = WHAT_IF_NOTE_LOOKUP if comparison.lookup is not None else WHAT_IF_NOTE_MODEL
@@ -351,15 +364,7 @@ def views(comparison, eos):
         note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"
                 f" (T={comparison.temperature:g}), so there is no single answer to replay."
                 if comparison.temperature > 0 else "This run has nothing to replay (it was cut short).")
-    adaptive = any(t.policy == "adaptive" for t in comparison.traces)
-    threshold_plot = gr.Plot(_fit(threshold_figure(comparison)) if adaptive else None, visible=adaptive)
-    labels = [t.label for t in comparison.traces]
-    trace = comparison.traces[0]
-    extra = [gr.Column(visible=any(t.policy == p for t in comparison.traces)) for p in EXTRA_COLUMNS]
-    return (sweep_plot, sweep_table, note, cost, *explained, threshold_plot,
-            gr.Dropdown(choices=labels, value=trace.label, interactive=True),
-            gr.Slider(minimum=1, maximum=max(2, len(trace.rounds)), value=1, step=1, interactive=True),
-            _replay_panel(comparison, trace.label, 1, eos), *extra)
+    return {"sweep_plot": sweep_plot, "sweep_table": sweep_table, "sweep_note": note}
 
 
 def _cost_aware(comparison) -> Trace | None:
@@ -436,14 +441,14 @@ def import_json(path):
     try:
         comparison = load_comparison_file(path)
     except SpecVizError as error:
-        return _outputs(status_html(f"Import failed: {error}", "error"), [gr.skip()] * len(ALL_COLUMNS))
+        return COMPARISON_OUTPUTS.answer(status=status_html(f"Import failed: {error}", "error"))
     except Exception:
         logger.exception("import failed")
-        return _outputs(status_html("Import failed: the file could not be read.", "error"),
-                        [gr.skip()] * len(ALL_COLUMNS))
+        return COMPARISON_OUTPUTS.answer(status=status_html("Import failed: the file could not be read.", "error"))
     mode = "sampled" if comparison.temperature > 0 else "greedy"
-    return _shown(comparison, f"Imported a {mode} run of {comparison.preset} ({len(comparison.traces)} policies, "
-                              f"{comparison.max_new_tokens} max new tokens); no model was run.")
+    message = (f"Imported a {mode} run of {comparison.preset} ({len(comparison.traces)} policies, "
+               f"{comparison.max_new_tokens} max new tokens); no model was run.")
+    return COMPARISON_OUTPUTS.answer(**_shown(comparison, message))
 
 
 def example_opener(example):
@@ -458,11 +463,18 @@ def _present_columns(comparison) -> list[str]:
     return [p for p in ALL_COLUMNS if p not in EXTRA_COLUMNS or any(t.policy == p for t in comparison.traces)]
 
 
-def _shown(comparison, message: str) -> tuple:
-    """The whole view of a finished comparison that needs no model (an import, an example)."""
-    return _outputs(status_html(message, "done"), _columns(comparison, _present_columns(comparison), running=False),
-                    *_charts(comparison), summary_table(comparison),
-                    comparison, [])
+def _shown(comparison, message: str) -> dict:
+    """The whole view of a finished comparison that needs no model (an import), by output."""
+    return {"status": status_html(message, "done"),
+            "columns": _columns(comparison, _present_columns(comparison), running=False),
+            **_finished(comparison), "eos_state": []}
+
+
+def _finished(comparison) -> dict:
+    """A finished comparison's charts, summary table and state, by output."""
+    lookahead, progress = _charts(comparison)
+    return {"lookahead_plot": lookahead, "progress_plot": progress, "summary": summary_table(comparison),
+            "last": comparison}
 
 
 # Opening an example plays its rounds back as they streamed (drafts pending, then judged), fast
@@ -475,16 +487,14 @@ def show_example(example):
     """An example prompt: into the prompt box, its pair into the pair menu and its draft into the
     draft choice (so that Run recomputes it so), and its comparison computed ahead, played back
     round by round and then shown whole."""
-    chosen = (example.prompt, example.preset, example.draft)
-    kept = (gr.skip(),) * len(chosen)
+    chosen = {"prompt": example.prompt, "preset": example.preset, "draft": example.draft}
     try:
         comparison = example_comparison(example)
     except SpecVizError:
         logger.exception("example %s could not be loaded", example.name)
         comparison = None
     if comparison is None:
-        yield (*chosen, *_outputs(status_html("Example prompt ready: press Run.", "idle"),
-                                  [gr.skip()] * len(ALL_COLUMNS)))
+        yield EXAMPLE_OUTPUTS.answer(**chosen, status=status_html("Example prompt ready: press Run.", "idle"))
         return
     made = comparison.provenance or {}
     drafted_by = ", drafts by prompt lookup" if comparison.lookup is not None else ""
@@ -495,20 +505,16 @@ def show_example(example):
     playing = status_html("Playing the precomputed example back, round by round…", "running")
     for step, htmls in enumerate(playback_htmls(comparison, present, PLAYBACK_FRAMES)):
         shown = dict(zip(present, htmls))
-        yield (*(chosen if step == 0 else kept),
-               *_outputs(playing, [shown.get(p, gr.skip()) for p in ALL_COLUMNS]))
+        yield EXAMPLE_OUTPUTS.answer(**(chosen if step == 0 else {}), status=playing,
+                                     columns=[shown.get(p, gr.skip()) for p in ALL_COLUMNS])
         time.sleep(PLAYBACK_FRAME_S)
     # The finished columns first, then the charts (the costlier part to build and to draw).
-    yield (*kept, *_outputs(status_html(message, "done"), _columns(comparison, present, running=False)))
-    yield (*kept, *_outputs(gr.skip(), [gr.skip()] * len(ALL_COLUMNS), *_charts(comparison),
-                            summary_table(comparison), comparison, []))
+    yield EXAMPLE_OUTPUTS.answer(status=status_html(message, "done"),
+                                 columns=_columns(comparison, present, running=False))
+    yield EXAMPLE_OUTPUTS.answer(**_finished(comparison), eos_state=[])
 
 
 # ---- the model line, presentation mode, the preload -------------------------------------------
-
-
-def preloading() -> bool:
-    return settings.read("SPECVIZ_PRELOAD") != "0"
 
 
 def model_status(preset):

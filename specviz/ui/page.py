@@ -30,7 +30,6 @@ from .events import (
     import_json,
     model_status,
     preload,
-    preloading,
     presentation_from_url,
     replay_move,
     replay_pick,
@@ -44,8 +43,10 @@ from .events import (
 from .export import SWEEP_HEADERS
 from .files import MAX_IMPORT_BYTES, Example, load_examples
 from .inputs import PAGE_WIDGETS, PageWidget, server_options
+from .outputs import COMPARISON_OUTPUTS, EXAMPLE_OUTPUTS, STOP_OUTPUTS, VIEW_OUTPUTS
 from .presentation import TOGGLE_JS
 from .render import LEGEND_HTML, SUMMARY_HEADERS
+from .server_state import preloading
 from .style import CSS, PAGE_JS, THEME
 
 STUDY_URL = "https://huggingface.co/blog/dynamic_speculation_lookahead"
@@ -252,7 +253,7 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
         inputs=[p.prompt, p.preset, p.max_tokens, p.temperature, p.seed, p.draft, p.lookup_ngram, p.lookup_tokens,
                 *p.setting_widgets],
         outputs=p.view_all, show_progress="full", show_progress_on=[p.status],
-        # Runs start at once and wait for the models in events.TURNS, which can tell a waiting
+        # Runs start at once and wait for the models in server_state.TURNS, which can tell a waiting
         # visitor where it stands; Gradio's queue only holds what exceeds that many.
         concurrency_id="specviz-runs", concurrency_limit=limits.queue_size + 1,
         api_visibility="private",  # scripts call the `compare` endpoint: data in, JSON out
@@ -267,12 +268,12 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
     # travel apart) and replace "Stopped". Stop hands the run's turn back; the run sees that at its
     # next step or heartbeat (a quarter second) and ends with "Stopped", the last message on its
     # own stream.
-    p.stop_button.click(stop, inputs=[p.last], outputs=[p.status, *p.columns], queue=False, **QUIET)
+    p.stop_button.click(stop, inputs=[p.last], outputs=STOP_OUTPUTS.components(p), queue=False, **QUIET)
     imported = _then_views(p.upload.upload(import_json, p.upload, p.view_all, **NO_MODEL), p)
     imported.then(lambda: None, None, p.upload, queue=False, **QUIET)  # ready for the next file
     for button, example in zip(p.example_buttons, examples):
         # No model work: outside the model queue, so an example opens at once even during a run.
-        _then_views(button.click(example_opener(example), None, [p.prompt, p.preset, p.draft, *p.view_all], **NO_MODEL), p)
+        _then_views(button.click(example_opener(example), None, EXAMPLE_OUTPUTS.components(p), **NO_MODEL), p)
 
 
 def _wire_views(p: SimpleNamespace) -> None:
@@ -320,10 +321,9 @@ def build_demo() -> gr.Blocks:
         _files(p)
         p.last = gr.State(None)
         p.eos_state = gr.State([])
-        p.view_all = [p.status, *p.columns, p.lookahead_plot, p.progress_plot, p.summary, p.last, p.eos_state]
-        p.view_outputs = [p.sweep_plot, p.sweep_table, p.sweep_note, p.draft_cost, p.calibration_plot,
-                          p.positions_plot, p.work_plot, p.pass_cost_plot, p.rule_round, p.rule_plot, p.threshold_plot,
-                          p.replay_policy, p.replay_round, p.replay_panel, *p.extra_boxes]
+        # Each event's outputs, by the names its handler answers with (outputs.py).
+        p.view_all = COMPARISON_OUTPUTS.components(p)
+        p.view_outputs = VIEW_OUTPUTS.components(p)
         _wire_page(demo, p)
         _wire_comparisons(p, examples, limits)
         _wire_views(p)
