@@ -1,6 +1,9 @@
 """SpecViz beside llama.cpp on the real pair's very GGUF files, same prompts, same machine, one sitting.
 
-    python scripts/bench_llamacpp.py [--limit 8] [--max-new-tokens 128] [--out docs/bench/llamacpp.json]
+    python scripts/bench_llamacpp.py [--limit 8] [--max-new-tokens 128] [--out results/bench/llamacpp-...json]
+
+A run to keep goes in results/bench/llamacpp-qwen2.5-coder-1.5b-<cpu kind>-<yyyy-mm-dd>.json
+(results/README.md).
 
 Runs, for the first prompts of the coding suite in Qwen's chat template, greedy, 2 threads:
 - llama.cpp's plain decoding of the 1.5B target (llama-bench: generation after a context as long as

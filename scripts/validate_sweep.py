@@ -1,7 +1,7 @@
 """Check the what-if sweep against real runs: replay policies that were NOT run, from one
 default comparison, then run them for real and compare pass counts.
 
-    python scripts/validate_sweep.py [--preset NAME] [--max-new-tokens N] [--out docs/sweep_validation.md]
+    python scripts/validate_sweep.py [--preset NAME] [--max-new-tokens N] [--out docs/SWEEP_VALIDATION.md]
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The study's page of record (issue 45): docs/STUDY.md is what `study --report-only` makes from
-the kept result folders, per pair the latest complete run; README quotes only what it holds; and
+the kept result folders (every run in results/study), per pair the latest complete run; README quotes only what it holds; and
 no generated doc names a machine's own paths. Fast: records only, no model."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import shlex
 from pathlib import Path
 
 from specviz.cli import main
+from specviz.study.folders import study_runs
 from specviz.study.records import ModeResult, PromptResult, RoundRecord
 from specviz.study.runner import REPO, Selection, _command_line, page_of_record_text, recorded_command
 
@@ -111,7 +112,7 @@ def test_commands_are_recorded_with_paths_relative_to_the_repository(tmp_path, m
 
 
 def _generated_docs() -> list[Path]:
-    return sorted({PAGE, *REPO.glob("docs/**/STUDY.md")})
+    return sorted({PAGE, *REPO.glob("docs/**/STUDY.md"), *REPO.glob("results/study/*/STUDY.md")})
 
 
 def test_no_generated_doc_gives_an_option_an_absolute_path():
@@ -134,6 +135,14 @@ def test_the_page_of_record_is_what_its_command_makes():
     report = REPO / words[words.index("--report") + 1]
     assert report == PAGE and len(outs) > 1
     assert page_of_record_text([REPO / o for o in outs], report, Selection(None, None, None, None), command) == page
+
+
+def test_the_page_of_record_reads_every_kept_run():
+    """The page's command names every run folder in results/study, and only those: a new run is
+    on the page once its folder is there and the command is run again (`--out results/study/*`)."""
+    words = shlex.split(_page_command(PAGE.read_text(encoding="utf-8")))
+    outs = words[words.index("--out") + 1:words.index("--report")]
+    assert sorted(outs) == sorted(p.relative_to(REPO).as_posix() for p in study_runs())
 
 
 def test_the_page_names_the_cost_aware_verdict_of_every_pair_that_ran_it():

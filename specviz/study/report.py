@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..pair.presets import PRESETS
 from .analysis import Judged, auc, judged_among, split_at
 from .costs import StudyPassCosts, plain_passes
 from .hindsight import Hindsight, SavedRun, best_dynamic
@@ -765,7 +766,7 @@ def write_csv(path: Path, records: Sequence[PromptResult]) -> None:
 class Run:
     """One preset's records in one result folder: a run of the study, as the page of record sees it."""
 
-    name: str  # the folder as the repository names it (docs/study-xeon)
+    name: str  # the folder as the repository names it (results/study/<pair>-<draft>-<cpu>-<date>)
     folder: str  # the folder, relative to the page
     report: str | None  # the folder's own report, relative to the page, where it has one
     preset: str
@@ -847,6 +848,16 @@ def why_not_current(run: Run, runs: Sequence[Run]) -> str | None:
     if run.partial:
         return f"incomplete: {_n(run.partial, 'partial record')}"
     return None
+
+
+def page_order(run: Run) -> tuple[bool, int, str, str]:
+    """Where a run stands on the page of record: pairs with their draft model first, then those with
+    a lookup draft, each in the order of the presets (pair/presets.py; a pair not listed there after
+    those that are, by name), the runs of one pair by folder. So the page is the same whatever the
+    order its folders were given in."""
+    listed = list(PRESETS)
+    base = model_preset(run.preset)
+    return LOOKUP_MARK in run.preset, listed.index(base) if base in listed else len(listed), run.preset, run.name
 
 
 def current_runs(runs: Sequence[Run]) -> dict[str, Run]:

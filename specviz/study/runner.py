@@ -44,6 +44,7 @@ from .report import (
     duration,
     model_preset,
     page_of_record,
+    page_order,
     report_markdown,
     runs_in_folder,
     write_csv,
@@ -331,6 +332,7 @@ def page_of_record_text(outs: Sequence[Path], report: Path, selection: Selection
                                os.path.relpath(out, report.parent),
                                os.path.relpath(own, report.parent) if own.is_file() and own != report else None,
                                records, _portable_invocations(Meta(out / "meta.json"), out))
+    runs.sort(key=page_order)
     current = current_runs(runs)
     folder_of = {os.path.relpath(out, report.parent): out for out in outs}
     saved: dict[tuple[str, str, str, int], SavedRun] = {}

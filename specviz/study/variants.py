@@ -1,16 +1,18 @@
 """Variants of the cost-aware rule, tried by the what-if replay on the study's kept comparisons.
 
 No models run: every variant is replayed (study.sweep) over the comparisons the studies saved
-(docs/study-*/comparisons), with the prices each run's cost-aware rule was given and each suite's
-pooled per-pass costs (study.costs), so a variant's figures compare with the reports' section 5.
+(results/study/<run>/comparisons of the runs results/index.json lists under "costaware-variants":
+the bundled pairs' and the real pair's cost-aware runs of 2026-12-02, 03 and 06), with the prices each
+run's cost-aware rule was given and each suite's pooled per-pass costs (study.costs), so a
+variant's figures compare with the reports' section 5.
 Prints, per study, pair and suite: the variant's modeled speedup over target-only, dynamic 0.4's
 (replayed), the slowest prompt (the 5% guard of issue 29) and on how many prompts the variant's
-passes equal the recorded rule's. A few seconds per variant; docs/BENCHMARKS.md quotes it.
+passes equal the recorded rule's. A few seconds per variant; docs/BENCHMARKS-log.md quotes it.
 
     python -m specviz costaware-variants                      # every variant
     python -m specviz costaware-variants shipped hindsight    # some of them
 
-The variants besides `shipped` were rejected (docs/BENCHMARKS.md says why); they are kept here so
+The variants besides `shipped` were rejected (docs/HISTORY.md says why); they are kept here so
 the figures can be re-made and the next idea tried against the same bar.
 """
 
@@ -27,11 +29,12 @@ from ..decoding.policies import CostAware, Decision, DraftStep, Dynamic, PassCos
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
 from .costs import StudyPassCosts
+from .folders import STUDY_RESULTS, indexed
 from .records import PromptResult
 from .runner import ResultStore, saved_runs
 from .sweep import Observations, observations, replay_passes
 
-STUDIES = ("study-bundled-costaware", "study-bundled-zen4", "study-xeon", "study-zen4-int4", "study-real-kquant-zen3")
+INDEX_KEY = "costaware-variants"  # the runs replayed, by name in results/index.json
 GUARD = 0.95  # issue 29: never more than 5% slower than target-only on a prompt
 
 
@@ -236,10 +239,11 @@ class Suite:
     prompts: list[Prompt]
 
 
-def load(docs: Path) -> list[Suite]:
+def load(runs: Path = STUDY_RESULTS) -> list[Suite]:
+    """The indexed runs' cost-aware prompts, per run, pair and suite; `runs`: the folder holding them."""
     suites = []
-    for study in STUDIES:
-        out = docs / study
+    for study in indexed(INDEX_KEY):
+        out = runs / study
         records = [r for r in ResultStore(out / "results.jsonl").records.values() if not r.partial]
         saved = saved_runs(out, records)
         groups: dict[tuple[str, str], list[PromptResult]] = collections.defaultdict(list)
@@ -271,7 +275,8 @@ def modeled_s(policy: Policy, prompt: Prompt, costs: StudyPassCosts) -> tuple[fl
 def report(suites: Sequence[Suite], name: str) -> None:
     description, make = VARIANTS[name]
     print(f"\n== {name}: {description}")
-    print(f"{'study':<24}{'pair':<20}{'suite':<15}{'variant':>8}{'dyn 0.4':>9}  {'slowest prompt':<22}same passes")
+    width = max((len(s.study) for s in suites), default=5) + 2
+    print(f"{'study':<{width}}{'pair':<20}{'suite':<15}{'variant':>8}{'dyn 0.4':>9}  {'slowest prompt':<22}same passes")
     for s in suites:
         target_only = variant = dynamic = 0.0
         slowest, same = (math.inf, ""), 0
@@ -283,15 +288,15 @@ def report(suites: Sequence[Suite], name: str) -> None:
             slowest = min(slowest, (baseline / seconds, p.record.prompt_id))
             same += passes == p.recorded_passes
         marks = ("" if variant < dynamic else " (loses)") + ("" if slowest[0] >= GUARD else " GUARD")
-        print(f"{s.study:<24}{s.preset:<20}{s.suite:<15}{target_only / variant:>7.3f}x{target_only / dynamic:>8.3f}x  "
-              f"{slowest[0]:.3f}x {slowest[1]:<15}{same}/{len(s.prompts)}{marks}")
+        print(f"{s.study:<{width}}{s.preset:<20}{s.suite:<15}{target_only / variant:>7.3f}x"
+              f"{target_only / dynamic:>8.3f}x  {slowest[0]:.3f}x {slowest[1]:<15}{same}/{len(s.prompts)}{marks}")
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
     unknown = [name for name in args.variants if name not in VARIANTS]
     if unknown:
         raise SpecVizError(f"unknown variant {unknown[0]!r}: choose from {', '.join(VARIANTS)}")
-    suites = load(Path(args.docs))
+    suites = load(Path(args.docs) if args.docs else STUDY_RESULTS)
     for name in args.variants or VARIANTS:
         report(suites, name)
     return 0
@@ -301,5 +306,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
     v = commands.add_parser("costaware-variants", help="replay the cost-aware rule's variants on the studies' "
                                                        "kept comparisons (no models run)")
     v.add_argument("variants", nargs="*", help=f"which of {', '.join(VARIANTS)} to replay (default: all)")
-    v.add_argument("--docs", default="docs", help="the folder holding the study folders (default docs)")
+    v.add_argument("--docs", default=None,
+                   help="the folder holding the study's run folders (default results/study; the runs replayed are "
+                        "those results/index.json lists)")
     v.set_defaults(run=cmd_variants)
