@@ -1,4 +1,4 @@
-"""What proposes a round's tokens: a draft model fed for exact guesses (`Drafter`), fed as
+"""What proposes a round's tokens: a draft model fed for exact guesses (`ModelDrafter`), fed as
 transformers feeds it (`TransformersDrafter`), or a lookup in the text so far (`LookupDrafter`).
 
 A drafter is anything with `propose(sequence, budget, policy, sampler, eos_ids) -> Proposal` and
@@ -67,7 +67,7 @@ class CachedModel:
             self.length = length
 
 
-class Drafter:
+class ModelDrafter:
     """The draft model with its KV cache, fed so that its guess at a position is a function of
     the text before it alone: not of how earlier rounds ran.
 
@@ -103,7 +103,7 @@ class Drafter:
         self.prefill_s = 0.0  # the prompt's prefill call: a cost per prompt, not per drafted token
 
     @classmethod
-    def for_pair(cls, pair: ModelPair, prompt_ids: list[int]) -> Drafter:
+    def for_pair(cls, pair: ModelPair, prompt_ids: list[int]) -> ModelDrafter:
         return cls(pair.draft, pair.vocab_size, pair.device, prompt_ids, row_exact=pair.draft_row_exact)
 
     def propose(self, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
@@ -159,14 +159,14 @@ class Drafter:
         return self.read([token], logits=True)
 
 
-class TransformersDrafter(Drafter):
+class TransformersDrafter(ModelDrafter):
     """Feeds the draft as the installed transformers' assisted generation does: the whole prompt
     in the first round, then at each round's start one call over the last committed tokens.
     Up to transformers 5.24 that call re-reads the last two of them; from 5.25 on it reads only
     what the draft's cache lacks (the last one, or the last two after a round whose drafts were
     all accepted). The passes are the same; the tokens a call reads are not, and a quantized
     draft turns that into other guesses. Its passes and tokens match transformers'; its guesses
-    depend on the round structure (see `Drafter`)."""
+    depend on the round structure (see `ModelDrafter`)."""
 
     def start(self, sequence: list[int]) -> torch.Tensor:
         reread = 2 if _transformers_rereads_two() else 1
@@ -210,9 +210,9 @@ class LookupDrafter:
 
 
 # What `speculate` calls to make a run's drafter, given the pair and the prompt: the pair's draft
-# model (`Drafter.for_pair`, or `TransformersDrafter.for_pair` to reproduce transformers' passes
+# model (`ModelDrafter.for_pair`, or `TransformersDrafter.for_pair` to reproduce transformers' passes
 # exactly), or a lookup in the text (`LookupDrafter.using(settings)`).
-MakeDrafter = Callable[["ModelPair", list[int]], "Drafter | LookupDrafter"]
+MakeDrafter = Callable[["ModelPair", list[int]], "ModelDrafter | LookupDrafter"]
 
 
 @functools.cache

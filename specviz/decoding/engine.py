@@ -4,7 +4,7 @@ One round, for every policy:
 
     1. draft   - the drafter proposes tokens until the policy's budget is spent or the policy
                  says stop (or it proposes EOS): a draft model one forward pass at a time
-                 (`Drafter`), or a lookup that copies from the text so far (`LookupDrafter`);
+                 (`ModelDrafter`), or a lookup that copies from the text so far (`LookupDrafter`);
     2. verify  - the target scores the whole proposal in one forward pass;
     3. accept  - greedy: the longest prefix the target agrees with, then the target's own
                  token; sampling: rejection sampling, which keeps the target's distribution;
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .drafters import CachedModel, Drafter, LookupDrafter, MakeDrafter, Proposal, Sampler
+from .drafters import CachedModel, LookupDrafter, MakeDrafter, ModelDrafter, Proposal, Sampler
 from .policies import Policy
 from .trace import Baseline, Pending, Round, Trace
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # ---- the five steps of a round -----------------------------------------------------------
 
 
-def draft(drafter: Drafter | LookupDrafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+def draft(drafter: ModelDrafter | LookupDrafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
           eos_ids: frozenset[int]) -> Proposal:
     """Propose up to `budget` tokens for the target to check, with what proposing them cost."""
     started, passes_before, prefill_before = time.perf_counter(), drafter.passes, drafter.prefill_s
@@ -97,7 +97,7 @@ def _commit(proposal: list[int], accepted: int, target_token: int, room: int,
 
 def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
               temperature: float = 0.0, seed: int | None = None,
-              make_drafter: MakeDrafter = Drafter.for_pair) -> Iterator[Trace]:
+              make_drafter: MakeDrafter = ModelDrafter.for_pair) -> Iterator[Trace]:
     """Speculative decoding of one prompt under one lookahead policy, one round at a time.
 
     Yields the same `Trace` before the first round, after each draft step (the proposal in
@@ -164,7 +164,7 @@ def _new_trace(policy: Policy, temperature: float, seed: int | None) -> Trace:
 
 def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
              temperature: float = 0.0, seed: int | None = None,
-             should_stop: Callable[[], bool] | None = None, make_drafter: MakeDrafter = Drafter.for_pair) -> Trace:
+             should_stop: Callable[[], bool] | None = None, make_drafter: MakeDrafter = ModelDrafter.for_pair) -> Trace:
     """`speculate` run to the end, or until `should_stop()` says so between rounds."""
     return _run(speculate(pair, prompt_ids, policy, max_new_tokens, temperature, seed, make_drafter), should_stop)
 

@@ -4,7 +4,7 @@ Given the target's greedy continuation (the reference), the ideal lookahead at a
 how many draft tokens in a row the target would accept from there.
 
 The engine feeds the draft so that its guess at a position is a function of the text before
-it alone (drafters.Drafter). So one pass of the draft along the reference, one token per call,
+it alone (drafters.ModelDrafter). So one pass of the draft along the reference, one token per call,
 gives the guess every policy's round will see at every answer position, whatever its round
 structure: the ideal line (`run_lengths`) is exactly what the policies meet (a round starting
 at p accepts min(its lookahead, ideal[p]) tokens), the oracle that drafts ideal[p] tokens at p
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from .drafters import Drafter, Sampler, describe
+from .drafters import ModelDrafter, Sampler, describe
 from .lookup import LookupSettings, propose
 from .policies import Oracle
 from .trace import DraftAlongReference
@@ -44,7 +44,7 @@ def draft_along(pair: ModelPair, prompt_ids: list[int],
     """The draft's greedy guess, its probability and its entropy at every answer position,
     reading the reference one token per call as the engine's drafter does (the generator's
     return value). Yields the answer position reached every few positions, for progress."""
-    drafter = Drafter(pair.draft, pair.vocab_size, pair.device, prompt_ids)
+    drafter = ModelDrafter(pair.draft, pair.vocab_size, pair.device, prompt_ids)
     greedy = Sampler()
     along = DraftAlongReference([], [], [])
     with torch.inference_mode():

@@ -18,7 +18,7 @@ from ..errors import SpecVizError
 from ..pair import gpu
 from ..pair.models import ModelPair, encode_prompt, get_pair
 from .costcurve import live_pass_costs, pass_costs
-from .drafters import Drafter, LookupDrafter
+from .drafters import LookupDrafter, ModelDrafter
 from .engine import decode_target_only, speculate
 from .lookup import LookupSettings
 from .oracle import lookup_oracle_search, oracle_search
@@ -241,7 +241,7 @@ class ComparisonRun:
             prompt_tokens=len(self.prompt_ids), draft_row_exact=pair.draft_row_exact,
             lookup=request.lookup.to_dict() if request.lookup else None,
             prompt_ids=list(self.prompt_ids) if request.lookup else None)
-        self.make_drafter = LookupDrafter.using(request.lookup) if request.lookup else Drafter.for_pair
+        self.make_drafter = LookupDrafter.using(request.lookup) if request.lookup else ModelDrafter.for_pair
         self.oracle: Oracle | None = None
 
     def out_of_time(self) -> bool:

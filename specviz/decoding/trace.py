@@ -6,7 +6,7 @@ and is what the CLI writes as JSON and the app can load back without any model.
 
 Counting follows docs/DESIGN.md: one target forward pass per round (the prompt prefill is merged
 into the first round); a draft pass is one draft forward call: one per drafted token, plus the
-catch-up calls and the prompt prefill of drafters.Drafter, which `Round.draft_passes` counts.
+catch-up calls and the prompt prefill of drafters.ModelDrafter, which `Round.draft_passes` counts.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Round:
     target_id: int | None  # the target's own token: correction or bonus (None if the run ended first)
     draft_entropies: list[float] = field(default_factory=list)  # entropy (nats) of each draft distribution
     # Draft forward calls this round: one per drafted token, plus catch-up calls (and the prompt's
-    # prefill in the first round that drafts); see drafters.Drafter. Not given: one per drafted token.
+    # prefill in the first round that drafts); see drafters.ModelDrafter. Not given: one per drafted token.
     draft_passes: int | None = None
     draft_s: float = 0.0
     verify_s: float = 0.0  # in the first round this includes the target's prefill of the prompt
@@ -223,7 +223,7 @@ class Comparison:
     oracle_s: float = 0.0  # seconds spent finding the oracle's ideal (draft passes along the answer)
     # Where and when a stored comparison was computed (date, machine, versions), for showing it later.
     provenance: dict[str, str] | None = None
-    # The draft read each round's backlog in one call (a row-exact draft, drafters.Drafter), not one
+    # The draft read each round's backlog in one call (a row-exact draft, drafters.ModelDrafter), not one
     # call per token: how the what-if replay counts its passes.
     draft_row_exact: bool = False
     # The draft was a prompt lookup with these settings (lookup.LookupSettings), not the pair's model.

@@ -2,7 +2,7 @@
 
 In greedy decoding the answer is fixed (it is the target's), so a round that starts at position
 p ends at the first position where the draft's token differs from the answer. The engine feeds
-the draft so that its guess at a position depends on the text before it alone (drafters.Drafter),
+the draft so that its guess at a position depends on the text before it alone (drafters.ModelDrafter),
 so what the draft proposes along the answer (`DraftAlongReference`, from the oracle step) is
 what every policy's round sees there, and the rounds of any policy follow by bookkeeping alone:
 
@@ -91,7 +91,7 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
     seen = seen or Observations({}, {})
     end = len(reference)
     position = target_passes = draft_passes = 0
-    # The draft's cache, as drafters.Drafter fills it: it holds the answer up to position `fed`
+    # The draft's cache, as drafters.ModelDrafter fills it: it holds the answer up to position `fed`
     # (-1: the prompt but its last token), and the prompt is read in one call at its first start.
     fed, prefill_calls = -1, 1 if prompt_tokens > 1 else 0
     while position < end:
