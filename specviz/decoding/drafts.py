@@ -216,8 +216,7 @@ DEFAULT_DRAFT = DraftSpec("model")  # the pair's own draft model: what every req
 def draft_kind(name: str) -> DraftKind:
     """The registered draft of this name, or a one-line SpecVizError naming every one."""
     if name not in DRAFTS:
-        choices = [f'"{n}"' for n in DRAFTS]
-        listed = " or ".join(choices) if len(choices) < 3 else ", ".join(choices[:-1]) + " or " + choices[-1]
+        listed = " or ".join(f'"{n}"' for n in DRAFTS)
         raise SpecVizError(f"The draft must be {listed}, got {str(name)[:40]!r}.")
     return DRAFTS[name]
 
