@@ -207,8 +207,11 @@ def test_the_api_takes_the_drafts_settings_by_name_and_a_draft_string_too():
     from specviz.ui.inputs import DRAFT_WIDGETS, draft_value
 
     parameters = inspect.signature(endpoints.compare).parameters
-    assert all(w.keyword in parameters for w in DRAFT_WIDGETS)
+    assert {"draft", "lookup_ngram", "lookup_tokens"} <= set(parameters)  # named as the page's boxes are
+    assert all(w.keyword in parameters for w in DRAFT_WIDGETS if w.draft == "lookup")
     assert all(f'"{name}"' in endpoints.compare.__doc__ for name in DRAFTS)
+    for name in DRAFTS:  # any draft's settings through its draft string
+        assert draft_value(format_draft(DraftSpec.of(name))) == DraftSpec.of(name)
     assert draft_choices() in endpoints.compare.__doc__
     assert draft_value("lookup:4", lookup_ngram=2, lookup_tokens=12) == DraftSpec("lookup", {"max_ngram": 4,
                                                                                              "max_tokens": 12})
