@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from specviz.decoding.drafters import Drafter, TransformersDrafter
+from specviz.decoding.drafters import ModelDrafter, TransformersDrafter
 from specviz.decoding.engine import generate
 from specviz.decoding.oracle import make_oracle
 from specviz.decoding.policies import make_policy, parse_modes
@@ -27,7 +27,7 @@ from specviz.study.bench import read_suite
 from specviz.study.runner import DEFAULT_SUITES
 
 MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
-FEEDINGS = {"exact (SpecViz)": Drafter, "transformers": TransformersDrafter}
+FEEDINGS = {"exact (SpecViz)": ModelDrafter, "transformers": TransformersDrafter}
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ are shown in the app as measured.
     python scripts/make_examples.py --preset qwen2.5-coder-1.5b   # after scripts/setup.sh --real-pair
     python scripts/make_examples.py --only "Editing (lookup)"   # one example
 
-An example with `"draft": "lookup"` is computed with the lookup draft (transformers' settings).
+An example with `"draft": "lookup"` is computed with that draft (decoding/drafts.py) at its
+defaults (transformers' settings, for the lookup draft).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import transformers
 
-from specviz.decoding.lookup import LookupSettings
+from specviz.decoding.drafts import pair_setup, parse_draft
 from specviz.decoding.pipeline import Limits, compare, make_request
 from specviz.decoding.policies import DEFAULT_MODES
 from specviz.pair.models import get_pair
@@ -61,13 +62,13 @@ def main() -> None:
         raise SystemExit(f"no example of assets/examples.json belongs to {args.preset}")
     pair = get_pair(args.preset, progress=print)
     for example in examples:
-        lookup = LookupSettings() if example.draft == "lookup" else None
-        request = make_request(example.prompt, DEFAULT_MODES, args.max_new_tokens, lookup=lookup)
+        draft = parse_draft(example.draft)
+        request = make_request(example.prompt, DEFAULT_MODES, args.max_new_tokens, draft=draft)
         comparison = compare(pair, request, Limits(time_budget_s=float("inf")))
         comparison.provenance = {
             "date": datetime.date.today().isoformat(),
             "machine": machine(),
-            "setup": pair.setup if lookup is None else f"{pair.setup.split('; draft')[0]}; draft {lookup.label}",
+            "setup": pair_setup(pair.setup, draft),
             "versions": f"transformers {transformers.__version__}, python {platform.python_version()}",
             "command": (f"python scripts/make_examples.py --only {example.name!r}" if args.only
                         else f"python scripts/make_examples.py --preset {args.preset}"),

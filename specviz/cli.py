@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import settings
-from .decoding import lookup
+from .decoding import drafts
 from .decoding.pipeline import Limits, compare, make_request
 from .decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
 from .decoding.trace import Comparison
@@ -70,7 +70,7 @@ def cmd_setup_real_pair(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     prompt = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else args.prompt
     request = make_request(prompt, args.modes, args.max_new_tokens, args.temperature, args.seed,
-                           chat=not args.no_chat_template, lookup=lookup.from_arguments(args))
+                           chat=not args.no_chat_template, draft=drafts.from_arguments(args))
     get_preset(args.preset)
     pair = get_pair(args.preset, progress=_stderr)
     # The per-request time budget protects a shared server; on the command line it applies only
@@ -79,7 +79,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not settings.read("SPECVIZ_TIME_BUDGET_S"):
         limits = replace(limits, time_budget_s=float("inf"))
     comparison = compare(pair, request, limits, progress=_stderr)
-    draft = f", draft: {request.lookup.label}" if request.lookup else ""
+    draft = "" if request.draft == drafts.DEFAULT_DRAFT else f", draft: {request.draft.label}"
     print(f"preset {comparison.preset}{draft}, {comparison.prompt_tokens} prompt tokens, "
           f"{'greedy' if request.temperature <= 0 else f'sampling T={request.temperature:g} seed {request.seed}'}")
     print(comparison_table(comparison))
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--modes", default=DEFAULT_MODES,
                    help=f"comma-separated: {mode_grammar()}; at most {MAX_MODES}, each once, settings left out at "
                         f"their defaults, as in the app and its API (default {DEFAULT_MODES})")
-    lookup.add_arguments(c)
+    drafts.add_arguments(c)
     c.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     c.add_argument("--seed", type=int, default=None, help="seed for sampling")
     c.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")

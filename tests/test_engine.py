@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from specviz.decoding import drafters
-from specviz.decoding.drafters import CachedModel, Drafter, TransformersDrafter
+from specviz.decoding.drafters import CachedModel, ModelDrafter, TransformersDrafter
 from specviz.decoding.engine import generate, target_only
 from specviz.decoding.oracle import make_oracle
 from specviz.decoding.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
@@ -105,7 +105,7 @@ def test_parity_with_transformers_assisted_generation(tiny_pair, spec, prompt):
 
 
 def expected_extra_calls(trace, prompt_tokens):
-    """Draft calls beyond one per drafted token, by the rule of drafters.Drafter: the prompt's
+    """Draft calls beyond one per drafted token, by the rule of drafters.ModelDrafter: the prompt's
     prefill at the first drafting round, and one catch-up call for every committed token the
     cache lacks at a round's start but the last."""
     extra, cached = 0, -1  # answer tokens the cache holds (-1: the prompt but its last token)
@@ -167,9 +167,9 @@ def test_the_drafter_keeps_what_still_holds_and_guesses_the_same(tiny_pair):
     fed the same text straight; the cache keeps exactly the shared prefix."""
     prompt, text = [3, 1, 4, 1], [5, 9, 2, 6, 5]
     with torch.inference_mode():
-        straight = Drafter(tiny_pair.draft, tiny_pair.vocab_size, tiny_pair.device, prompt)
+        straight = ModelDrafter(tiny_pair.draft, tiny_pair.vocab_size, tiny_pair.device, prompt)
         expected = straight.start(prompt + text)
-        wandering = Drafter(tiny_pair.draft, tiny_pair.vocab_size, tiny_pair.device, prompt)
+        wandering = ModelDrafter(tiny_pair.draft, tiny_pair.vocab_size, tiny_pair.device, prompt)
         wandering.start(prompt + text[:1])
         wandering.next(7)
         wandering.next(7)  # two wrong draft tokens, then the round is over
@@ -291,8 +291,8 @@ def test_a_row_exact_draft_catches_up_in_one_call_with_the_logits_of_one_by_one_
     assert draft_rows_exact(draft)
     prompt, text = [3, 1, 4, 1], [5, 9, 2, 6, 5, 3, 5]
     with torch.inference_mode():
-        apart = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=False)
-        together = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=True)
+        apart = ModelDrafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=False)
+        together = ModelDrafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=True)
         for drafter in (apart, together):
             drafter.start(prompt + text[:1])
             drafter.next(7)  # a wrong draft token, dropped at the next start
@@ -320,7 +320,7 @@ def test_a_draft_that_is_not_row_exact_is_fed_one_token_per_call(tiny_pair):
                                            with_kwargs=True)
     try:
         with torch.inference_mode():
-            drafter = Drafter(plain, tiny_pair.vocab_size, tiny_pair.device, [3, 1, 4, 1])
+            drafter = ModelDrafter(plain, tiny_pair.vocab_size, tiny_pair.device, [3, 1, 4, 1])
             drafter.start([3, 1, 4, 1, 5, 9, 2])
     finally:
         hook.remove()
@@ -334,7 +334,7 @@ def test_a_long_backlog_is_read_in_calls_of_at_most_catch_up_rows(tiny_pair):
     prompt = [3, 1]
     text = [(7 * i) % 30 + 1 for i in range(CATCH_UP_ROWS + 5)]
     with torch.inference_mode():
-        together = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=True)
-        apart = Drafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=False)
+        together = ModelDrafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=True)
+        apart = ModelDrafter(draft, tiny_pair.vocab_size, tiny_pair.device, prompt, row_exact=False)
         assert torch.equal(together.start(prompt + text), apart.start(prompt + text))
     assert together.passes == 1 + 2  # the prefill, then 32 and 6 tokens

@@ -1,6 +1,6 @@
 """The oracle is the true ideal on the real bundled pairs, over prompts from every suite.
 
-The engine feeds the draft one token per call after the prompt (drafters.Drafter), so the draft's
+The engine feeds the draft one token per call after the prompt (drafters.ModelDrafter), so the draft's
 guess at an answer position is a function of the text alone. Then, for every greedy policy:
 
 - every round accepts exactly min(its lookahead, the oracle's ideal at its start). A round cut

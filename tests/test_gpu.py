@@ -143,6 +143,7 @@ def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(tmp_pat
     from specviz.pair.models import get_pair
     from specviz.pair.presets import DEFAULT_PRESET
     from specviz.ui import api, events
+    from specviz.ui.inputs import DRAFT_WIDGETS
     from specviz.ui.outputs import COMPARISON_OUTPUTS
 
     pair = get_pair(DEFAULT_PRESET)  # the process's pair, which the app, the API and the study use
@@ -150,7 +151,8 @@ def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(tmp_pat
     hooks = [model.get_input_embeddings().register_forward_pre_hook(lambda *_: calls.append(gpu.inside_gpu_work()))
              for model in (pair.target, pair.draft)]
     try:
-        app_run = list(events.run(None, "Say hi.", DEFAULT_PRESET, 8, 0, None, "model", 2, 10, 3, 3, 0.4, 8))
+        drafts = [w.setting.default for w in DRAFT_WIDGETS]  # the draft settings boxes, then the policies'
+        app_run = list(events.run(None, "Say hi.", DEFAULT_PRESET, 8, 0, None, "model", *drafts, 3, 3, 0.4, 8))
         status = COMPARISON_OUTPUTS.read(app_run[-1])["status"]
         assert "done" in status, status
         app_calls = len(calls)

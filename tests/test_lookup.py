@@ -9,14 +9,20 @@ import pytest
 import torch
 
 from specviz.cli import main
-from specviz.decoding.drafters import LookupDrafter
+from specviz.decoding.drafts import DEFAULT_DRAFT, DRAFTS, DraftSpec
 from specviz.decoding.engine import generate, target_only
 from specviz.decoding.lookup import LookupSettings, propose
-from specviz.decoding.oracle import fewest_rounds, finish, lookup_oracle_search
+from specviz.decoding.oracle import fewest_rounds, finish
 from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassCosts, Static
 from specviz.errors import SpecVizError
 
 DEFAULT = LookupSettings()
+LOOKUP = DRAFTS["lookup"]  # the lookup draft's entry in the draft registry
+
+
+def lookup_drafter(settings: LookupSettings = DEFAULT):
+    """What the engine makes a run's lookup drafter with (the registry entry's `make`)."""
+    return LOOKUP.make(settings.to_dict())
 
 
 def transformers_candidates(text: list[int], settings: LookupSettings, eos: list[int]) -> list[int]:
@@ -69,7 +75,7 @@ def test_a_shorter_ngram_is_tried_when_the_longer_never_recurred():
 def test_no_match_drafts_nothing_and_the_round_is_a_plain_step(tiny_pair):
     assert propose([1, 2, 3, 4], DEFAULT).ids == [] and propose([5], DEFAULT).source is None
     # a prompt of distinct tokens and one new token: the first round cannot copy anything
-    trace = generate(tiny_pair, [0, 1, 2, 3], Static(5), 1, make_drafter=LookupDrafter.using(DEFAULT))
+    trace = generate(tiny_pair, [0, 1, 2, 3], Static(5), 1, make_drafter=lookup_drafter(DEFAULT))
     assert [r.lookahead for r in trace.rounds] == [0] and trace.draft_passes == 0
 
 
@@ -95,7 +101,7 @@ def test_every_greedy_policy_with_a_lookup_draft_is_lossless_and_counts_no_draft
     accepted = 0
     for settings in (DEFAULT, LookupSettings(max_ngram=1, max_tokens=4), LookupSettings(max_ngram=3, max_tokens=16)):
         for policy in lookup_policies():
-            trace = generate(tiny_pair, prompt, policy, 50, make_drafter=LookupDrafter.using(settings))
+            trace = generate(tiny_pair, prompt, policy, 50, make_drafter=lookup_drafter(settings))
             assert trace.token_ids == reference, (policy.label, settings)
             assert trace.draft_passes == 0 and trace.target_passes == len(trace.rounds)
             assert all(r.lookahead <= settings.max_tokens for r in trace.rounds)
@@ -107,8 +113,9 @@ def test_every_greedy_policy_with_a_lookup_draft_is_lossless_and_counts_no_draft
 def test_the_lookup_oracle_needs_fewest_target_passes_and_rounds_meet_the_ideal(tiny_pair, prompt):
     settings = DEFAULT
     reference = target_only(tiny_pair, prompt, 60).token_ids
-    oracle, ideal = finish(lookup_oracle_search(prompt, reference, settings, tiny_pair.eos_token_ids))
-    drafter = LookupDrafter.using(settings)
+    oracle, ideal, along = finish(LOOKUP.oracle(tiny_pair, prompt, reference, settings.to_dict()))
+    assert along is None  # the what-if recomputes a lookup's proposals from the text: no table
+    drafter = lookup_drafter(settings)
     best = generate(tiny_pair, prompt, oracle, 60, make_drafter=drafter)
     assert best.token_ids == reference and all(r.accepted == r.lookahead for r in best.rounds)
     for policy in lookup_policies():
@@ -137,7 +144,7 @@ def test_sampling_with_a_lookup_draft_runs_and_keeps_the_target_distribution(tin
     runs = 600
     for seed in range(runs):
         trace = generate(pair, prompt, Static(3), 2, temperature=1.0, seed=seed,
-                         make_drafter=LookupDrafter.using(DEFAULT))
+                         make_drafter=lookup_drafter(DEFAULT))
         assert trace.rounds[0].lookahead == 1  # room for one draft token and the target's
         counts[trace.token_ids[0]] += 1
     with torch.inference_mode():
@@ -180,7 +187,7 @@ def test_parity_with_transformers_prompt_lookup(bundled_pair, num_tokens):
     for prompt in prompts:
         ids = encode_prompt(bundled_pair, prompt)
         ours = generate(bundled_pair, ids, Static(num_tokens), 40,
-                        make_drafter=LookupDrafter.using(LookupSettings(max_tokens=num_tokens)))
+                        make_drafter=lookup_drafter(LookupSettings(max_tokens=num_tokens)))
         theirs = hf_prompt_lookup(bundled_pair, ids, num_tokens, 40)
         assert ours.token_ids == theirs.token_ids
         assert ours.target_passes == theirs.target_calls
@@ -200,10 +207,10 @@ def test_parity_with_transformers_prompt_lookup(bundled_pair, num_tokens):
 ])
 def test_the_page_and_the_api_refuse_hostile_lookup_settings_in_one_line(draft, ngram, tokens, says):
     from specviz.ui import endpoints
-    from specviz.ui.inputs import lookup_value
+    from specviz.ui.inputs import draft_value
 
     with pytest.raises(SpecVizError, match=says) as error:
-        lookup_value(draft, ngram, tokens)
+        draft_value(draft, lookup_ngram=ngram, lookup_tokens=tokens)
     assert "\n" not in str(error.value)
     import gradio as gr
 
@@ -212,10 +219,13 @@ def test_the_page_and_the_api_refuse_hostile_lookup_settings_in_one_line(draft, 
 
 
 def test_the_draft_model_stays_the_default_everywhere():
-    from specviz.ui.inputs import lookup_value
+    from specviz.ui.inputs import draft_value
 
-    assert lookup_value("model", 2, 10) is None and lookup_value(None, None, None) is None
-    assert lookup_value("lookup", 2.0, 10.0) == LookupSettings(2, 10)  # number boxes give floats
+    assert draft_value("model", lookup_ngram=2, lookup_tokens=10) == DEFAULT_DRAFT
+    assert draft_value(None, lookup_ngram=None, lookup_tokens=None) == DEFAULT_DRAFT
+    # number boxes give floats
+    given = draft_value("lookup", lookup_ngram=2.0, lookup_tokens=10.0)
+    assert given == DraftSpec("lookup", LookupSettings(2, 10).to_dict())
 
 
 def test_a_copied_token_says_where_it_was_copied_from_and_escapes_it():
@@ -239,9 +249,11 @@ def test_a_lookup_comparison_round_trips_and_a_model_one_keeps_its_file_form():
                     draft_passes=0, draft_source=4)]
     trace = Trace("static", "static k=3", {}, [1, 2, 3], rounds, 0.1, "max_new_tokens")
     baseline = Baseline(token_ids=[1, 2, 3], wall_s=0.2, stop_reason="max_new_tokens")
-    comparison = Comparison("p", "x", 3, baseline, [trace], lookup={"max_ngram": 2, "max_tokens": 10})
+    lookup = DraftSpec("lookup", {"max_ngram": 2, "max_tokens": 10})
+    comparison = Comparison("p", "x", 3, baseline, [trace], draft=lookup)
+    assert comparison.to_dict()["lookup"] == {"max_ngram": 2, "max_tokens": 10}  # the file's field, as it always was
     again = Comparison.from_dict(comparison.to_dict())
-    assert again.lookup == comparison.lookup and again.traces[0].rounds[0].draft_source == 4
+    assert again.draft == comparison.draft and again.traces[0].rounds[0].draft_source == 4
     assert again.traces[0].draft_passes == 0
     assert "drafts by prompt lookup (n-gram 2, 10 tokens, no draft model)" in done_message(comparison)
     model = Comparison("p", "x", 3, baseline, [Trace("static", "static k=3", {}, [], [], 0.1, "eos")])
@@ -254,7 +266,7 @@ def test_a_lookup_comparison_round_trips_and_a_model_one_keeps_its_file_form():
 def test_the_round_replay_says_where_a_lookup_copied_from(tiny_pair):
     from specviz.ui.replay import replay_html, replay_step
 
-    trace = generate(tiny_pair, PROMPTS[0], Static(4), 20, make_drafter=LookupDrafter.using(DEFAULT))
+    trace = generate(tiny_pair, PROMPTS[0], Static(4), 20, make_drafter=lookup_drafter(DEFAULT))
     copied = next(i for i, r in enumerate(trace.rounds) if r.lookahead)
     step = replay_step(trace, copied)
     assert step.copied_from == trace.rounds[copied].draft_source is not None and step.draft_passes == 0
@@ -262,11 +274,10 @@ def test_the_round_replay_says_where_a_lookup_copied_from(tiny_pair):
 
 
 def replay_policies():
-    from specviz.decoding.pipeline import LOOKUP_STEP_MS
-
+    step_ms = LOOKUP.step_ms  # what the cost-aware rule is told a lookup's step costs
     return [Static(1), Static(4), Static(10), Heuristic(2), Heuristic(5), Dynamic(0.3, max_tokens=20),
             Dynamic(0.7, max_tokens=20), Adaptive(0.4), Entropy(0.5, max_tokens=20),
-            CostAware(PassCosts(LOOKUP_STEP_MS, (10.0, 11.0, 12.0)))]
+            CostAware(PassCosts(step_ms, (10.0, 11.0, 12.0)))]
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -279,10 +290,10 @@ def test_the_what_if_replays_a_lookup_run_exactly(tiny_pair, prompt):
 
     for settings in (DEFAULT, LookupSettings(max_ngram=1, max_tokens=4)):
         baseline = target_only(tiny_pair, prompt, 50)
-        runs = [generate(tiny_pair, prompt, policy, 50, make_drafter=LookupDrafter.using(settings))
+        runs = [generate(tiny_pair, prompt, policy, 50, make_drafter=lookup_drafter(settings))
                 for policy in replay_policies()]
         comparison = Comparison("tiny", "tiny", 50, baseline, runs[:2], prompt_tokens=len(prompt),
-                                lookup=settings.to_dict(), prompt_ids=list(prompt))
+                                draft=DraftSpec("lookup", settings.to_dict()), prompt_ids=list(prompt))
         comparison = Comparison.from_dict(comparison.to_dict())  # as a file keeps it
         assert can_replay(comparison)
         for policy, run in zip(replay_policies(), runs):
@@ -292,4 +303,5 @@ def test_the_what_if_replays_a_lookup_run_exactly(tiny_pair, prompt):
         result = sweep(comparison, tiny_pair.eos_token_ids)
         assert len(result.thresholds) and all(r.draft_passes == 0 for r in result.static)
     # a lookup comparison from before it kept its prompt is not replayed
-    assert not can_replay(Comparison("tiny", "tiny", 50, baseline, [], lookup=DEFAULT.to_dict()))
+    before = Comparison("tiny", "tiny", 50, baseline, [], draft=DraftSpec("lookup", DEFAULT.to_dict()))
+    assert not can_replay(before)

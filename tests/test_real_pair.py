@@ -6,7 +6,7 @@ up to 11 GB of RAM while it loads)."""
 
 import pytest
 
-from specviz.decoding.lookup import LookupSettings
+from specviz.decoding.drafts import DEFAULT_DRAFT, DraftSpec
 from specviz.decoding.pipeline import compare, make_request
 from specviz.pair import cpu, kquant, models, presets, weights
 from specviz.pair.wheel_parts import SETUP_COMMAND
@@ -23,7 +23,8 @@ COPYING_PROMPTS = [("Rename the variable `n` to `count` and return the whole fun
                    ("Add a docstring to this function and return it unchanged otherwise:\n\n"
                     "def area(width, height):\n    if width < 0 or height < 0:\n        raise ValueError('negative')\n"
                     "    return width * height\n")]
-CASES = [(prompt, None) for prompt in PROMPTS] + [(prompt, LookupSettings()) for prompt in COPYING_PROMPTS]
+CASES = ([(prompt, DEFAULT_DRAFT) for prompt in PROMPTS]
+         + [(prompt, DraftSpec.of("lookup")) for prompt in COPYING_PROMPTS])
 MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 MAX_NEW_TOKENS = 32
 
@@ -42,8 +43,8 @@ def comparison(request):
     assert pair.setup.startswith("target ") and "; draft " in pair.setup  # the model line says what runs
     if kquant.cpu_can(cpu.machine().flags):  # where the CPU can, this is the K-quant target under test
         assert pair.setup.startswith("target Q4_K/Q6_K weights of its GGUF"), pair.setup
-    prompt, lookup = request.param
-    return compare(pair, make_request(prompt, MODES, MAX_NEW_TOKENS, lookup=lookup))
+    prompt, draft = request.param
+    return compare(pair, make_request(prompt, MODES, MAX_NEW_TOKENS, draft=draft))
 
 
 def test_every_policy_is_lossless(comparison):
@@ -66,7 +67,7 @@ def test_every_round_meets_the_ideal_line(comparison):
 
 
 def test_a_lookup_draft_costs_no_draft_pass_and_its_copies_are_kept(comparison):
-    if comparison.lookup is None:
+    if comparison.draft == DEFAULT_DRAFT:
         pytest.skip("a model-draft case")
     assert all(trace.draft_passes == 0 for trace in comparison.traces)
     assert sum(r.accepted for r in comparison.trace("oracle").rounds) > 0  # the answer copies the prompt

@@ -27,17 +27,17 @@ GOOD = {"prompt": "Name a fruit.", "preset": "smollm2-135m-int8", "max_new_token
 def run_app(**overrides) -> tuple:
     """The last output of events.run for GOOD with `overrides` (a settings widget by its page id,
     "static_k" for #static-k): (status html, column htmls)."""
-    from specviz.decoding.lookup import LookupSettings
     from specviz.ui import events
-    from specviz.ui.inputs import PAGE_WIDGETS
+    from specviz.ui.inputs import DRAFT_WIDGETS, PAGE_WIDGETS
     from specviz.ui.outputs import COMPARISON_OUTPUTS
 
     given = {**GOOD, **overrides}
     settings = [given.get(w.elem_id.replace("-", "_"), w.setting.default if w.setting else False)
                 for w in PAGE_WIDGETS]
+    drafts = [w.setting.default for w in DRAFT_WIDGETS]  # the draft model runs: its boxes at their defaults
     outputs = None
     for outputs in events.run(None, given["prompt"], given["preset"], given["max_new_tokens"], 0, None, "model",
-                              LookupSettings.max_ngram, LookupSettings.max_tokens, *settings):
+                              *drafts, *settings):
         pass
     assert outputs is not None
     shown = COMPARISON_OUTPUTS.read(outputs)
@@ -235,15 +235,14 @@ def test_a_stopped_run_ends_by_itself_and_its_last_message_says_stopped(bundled_
 
     import gradio as gr
 
-    from specviz.decoding.lookup import LookupSettings
     from specviz.ui import events, server_state
-    from specviz.ui.inputs import PAGE_WIDGETS
+    from specviz.ui.inputs import DRAFT_WIDGETS, PAGE_WIDGETS
     from specviz.ui.outputs import COMPARISON_OUTPUTS, STOP_OUTPUTS
 
     alice = SimpleNamespace(session_hash="alice")
     settings = [w.setting.default if w.setting else False for w in PAGE_WIDGETS]
-    outputs = events.run(alice, GOOD["prompt"], GOOD["preset"], 64, 0, None, "model",
-                         LookupSettings.max_ngram, LookupSettings.max_tokens, *settings)
+    drafts = [w.setting.default for w in DRAFT_WIDGETS]
+    outputs = events.run(alice, GOOD["prompt"], GOOD["preset"], 64, 0, None, "model", *drafts, *settings)
     for shown in map(COMPARISON_OUTPUTS.read, outputs):
         if "Running" in message_of(shown["status"]):
             break

@@ -183,7 +183,7 @@ class LivePassCosts:
                     self.by_window.setdefault(checked, _recent()).append(ratio)
             if r.lookahead and r.draft_passes:  # a lookup draft's rounds make no draft call
                 # What the round's draft calls cost at the measured prices: its catch-up (one call
-                # or one per token, drafters.Drafter) and a call per further draft token.
+                # or one per token, drafters.ModelDrafter) and a call per further draft token.
                 expected = self.measured.catch_up(r.position - fed) + self.measured.draft_call_ms * (r.lookahead - 1)
                 if i > 0 and r.draft_s > r.draft_prefill_s:
                     self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / expected)

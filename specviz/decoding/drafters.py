@@ -1,10 +1,12 @@
-"""What proposes a round's tokens: a draft model fed for exact guesses (`Drafter`), fed as
-transformers feeds it (`TransformersDrafter`), or a lookup in the text so far (`LookupDrafter`).
+"""What proposes a round's tokens: the `Drafter` interface, and the drafters behind the draft
+kinds of drafts.py: a draft model fed for exact guesses (`ModelDrafter`), fed as transformers
+feeds it (`TransformersDrafter`), or a proposal read from the text so far (`TextDrafter`: prompt
+lookup, and any draft whose proposal is a function of the text).
 
-A drafter is anything with `propose(sequence, budget, policy, sampler, eos_ids) -> Proposal` and
-the counters `passes` and `prefill_s`; `speculate` (engine.py) makes one per run through a
-`MakeDrafter`. A new kind of draft (an n-gram table, a suffix tree, a second model) is a class
-here and a `MakeDrafter` for it: the engine's loop does not change.
+`speculate` (engine.py) makes one drafter per run through a `MakeDrafter`, which a draft kind's
+`make` gives (drafts.DRAFTS); the engine's loop knows only the `Drafter` interface. A new draft
+source is a kind in drafts.py's registry and, where it reads the text, a module with its proposal
+rule (as lookup.py): see docs/DESIGN.md, "Adding a draft source".
 
 The draft model is fed so that its guess at an answer position is a function of the text alone,
 whatever the rounds before were. That is what makes the oracle the true ideal and the what-if
@@ -18,17 +20,49 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from ..pair.cpu import CATCH_UP_ROWS
-from . import lookup
-from .lookup import LookupSettings
+from .lookup import Lookup, drafted
 from .policies import DraftStep, Policy
 
 if TYPE_CHECKING:
     from ..pair.models import ModelPair
+
+
+class Drafter(Protocol):
+    """What the engine asks of a draft source each round (llama.cpp's common_speculative has the
+    same begin / draft / accept shape over every draft type):
+
+    - `propose(sequence, budget, policy, sampler, eos_ids)`: up to `budget` tokens after
+      `sequence` (the prompt and the answer so far), asking `policy.keep_drafting` after each;
+    - `accept(sequence, accepted)`: read what was accepted, after the target's verdict: the text
+      now, and how many of the proposed tokens the target kept;
+    - `keep_prefix(sequence)`: forget whatever it read past the longest prefix it shares with
+      `sequence` (a drafter with a cache does so at its next start; one without has nothing to keep);
+    - `passes` and `prefill_s`: its passes, forward calls so far (0 for a draft that is no model),
+      and the seconds of the prompt's prefill among them.
+
+    What a step cost is measured around `propose` (engine.draft: the seconds, and the passes and
+    prefill seconds it added); what the cost-aware rule is told a step costs is the draft kind's
+    (`drafts.DraftKind.prices`)."""
+
+    passes: int
+    prefill_s: float
+
+    def propose(self, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+                eos_ids: frozenset[int]) -> Proposal: ...
+
+    def accept(self, sequence: list[int], accepted: int) -> None: ...
+
+    def keep_prefix(self, sequence: list[int]) -> None: ...
+
+
+# What `speculate` calls to make a run's drafter, given the pair and the prompt: a draft kind's
+# `make` (drafts.py), or `ModelDrafter.for_pair` / `TransformersDrafter.for_pair` directly.
+MakeDrafter = Callable[["ModelPair", list[int]], Drafter]
 
 
 class CachedModel:
@@ -67,7 +101,7 @@ class CachedModel:
             self.length = length
 
 
-class Drafter:
+class ModelDrafter:
     """The draft model with its KV cache, fed so that its guess at a position is a function of
     the text before it alone: not of how earlier rounds ran.
 
@@ -103,7 +137,8 @@ class Drafter:
         self.prefill_s = 0.0  # the prompt's prefill call: a cost per prompt, not per drafted token
 
     @classmethod
-    def for_pair(cls, pair: ModelPair, prompt_ids: list[int]) -> Drafter:
+    def for_pair(cls, pair: ModelPair, prompt_ids: list[int]) -> ModelDrafter:
+        """A `MakeDrafter`: the pair's draft model, for one run on `prompt_ids`."""
         return cls(pair.draft, pair.vocab_size, pair.device, prompt_ids, row_exact=pair.draft_row_exact)
 
     def propose(self, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
@@ -122,6 +157,10 @@ class Drafter:
                 break
             logits = self.next(token)
         return proposal
+
+    def accept(self, sequence: list[int], accepted: int) -> None:
+        """Nothing now: the committed tokens are read at the next start (the catch-up), so that
+        the round that needs them counts those calls."""
 
     def read(self, token_ids: list[int], logits: bool = False) -> torch.Tensor | None:
         """One forward call over `token_ids`; the logits after the last of them if asked for."""
@@ -159,14 +198,14 @@ class Drafter:
         return self.read([token], logits=True)
 
 
-class TransformersDrafter(Drafter):
+class TransformersDrafter(ModelDrafter):
     """Feeds the draft as the installed transformers' assisted generation does: the whole prompt
     in the first round, then at each round's start one call over the last committed tokens.
     Up to transformers 5.24 that call re-reads the last two of them; from 5.25 on it reads only
     what the draft's cache lacks (the last one, or the last two after a round whose drafts were
     all accepted). The passes are the same; the tokens a call reads are not, and a quantized
     draft turns that into other guesses. Its passes and tokens match transformers'; its guesses
-    depend on the round structure (see `Drafter`)."""
+    depend on the round structure (see `ModelDrafter`)."""
 
     def start(self, sequence: list[int]) -> torch.Tensor:
         reread = 2 if _transformers_rereads_two() else 1
@@ -174,45 +213,46 @@ class TransformersDrafter(Drafter):
         return self.read(sequence[len(self.tokens):], logits=True)
 
 
-class LookupDrafter:
-    """Proposes by prompt lookup (lookup.py): copies what followed the last n-gram's first earlier
-    occurrence. No model, no forward pass (`passes` stays 0); its time is measured all the same.
-    For speculative sampling its distribution is all on the copied token, which rejection
-    sampling accepts with the target's probability for it: the target's distribution is kept."""
+class TextDrafter:
+    """Proposes from the text so far with `find` (a draft kind's proposal rule, drafts.TextDraft:
+    prompt lookup copies what followed the last n-gram's first earlier occurrence, lookup.py).
+    No model, no forward pass (`passes` stays 0); its time is measured all the same. For
+    speculative sampling its distribution is all on the proposed token, which rejection sampling
+    accepts with the target's probability for it: the target's distribution is kept."""
 
-    def __init__(self, settings: LookupSettings, vocab_size: int, device: torch.device):
-        self.settings = settings
+    def __init__(self, find: Callable[[list[int], frozenset[int]], Lookup], vocab_size: int, device: torch.device):
+        self.find = find
         self.vocab_size = vocab_size
         self.device = device
         self.passes = 0
         self.prefill_s = 0.0
 
     @classmethod
-    def using(cls, settings: LookupSettings) -> Callable[[ModelPair, list[int]], LookupDrafter]:
-        """A factory for `speculate`'s `drafter`."""
-        return lambda pair, prompt_ids: cls(settings, pair.vocab_size, pair.device)
+    def using(cls, find: Callable[[list[int], frozenset[int]], Lookup]) -> MakeDrafter:
+        """A `MakeDrafter` for `speculate`: a text drafter proposing with `find`."""
+        return lambda pair, prompt_ids: cls(find, pair.vocab_size, pair.device)
 
     def propose(self, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
                 eos_ids: frozenset[int]) -> Proposal:
         proposal = Proposal()
         if budget <= 0:
             return proposal
-        found = lookup.propose(sequence, self.settings, eos_ids)
+        found = self.find(sequence, eos_ids)
         proposal.source = found.source
-        for step in lookup.drafted(found, budget, policy):
+        for step in drafted(found, budget, policy):
             proposal.add(step, None if sampler.greedy else self._certain(step.token_id))
         return proposal
+
+    def accept(self, sequence: list[int], accepted: int) -> None:
+        """Nothing: its next proposal reads the text as it is then."""
+
+    def keep_prefix(self, sequence: list[int]) -> None:
+        """Nothing: it keeps no state between rounds."""
 
     def _certain(self, token: int) -> torch.Tensor:
         distribution = torch.zeros(self.vocab_size, device=self.device)
         distribution[token] = 1.0
         return distribution
-
-
-# What `speculate` calls to make a run's drafter, given the pair and the prompt: the pair's draft
-# model (`Drafter.for_pair`, or `TransformersDrafter.for_pair` to reproduce transformers' passes
-# exactly), or a lookup in the text (`LookupDrafter.using(settings)`).
-MakeDrafter = Callable[["ModelPair", list[int]], "Drafter | LookupDrafter"]
 
 
 @functools.cache
@@ -260,7 +300,7 @@ class Proposal:
     probs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
     distributions: list[torch.Tensor] = field(default_factory=list)
-    source: int | None = None  # a lookup's: where in the text its tokens were copied from
+    source: int | None = None  # a text draft's (a lookup's): where in the text its tokens were copied from
     # What making it cost the drafter (set by `draft`): its forward calls, their seconds, and the
     # seconds of those calls that caught up on tokens the draft had not seen.
     passes: int = 0

@@ -2,13 +2,14 @@
 
 One round, for every policy:
 
-    1. draft   - the drafter proposes tokens until the policy's budget is spent or the policy
-                 says stop (or it proposes EOS): a draft model one forward pass at a time
-                 (`Drafter`), or a lookup that copies from the text so far (`LookupDrafter`);
+    1. draft   - the drafter (drafters.Drafter) proposes tokens until the policy's budget is
+                 spent or the policy says stop (or it proposes EOS): a draft model one forward
+                 pass at a time (`ModelDrafter`), or a lookup that copies from the text so far
+                 (`TextDrafter`);
     2. verify  - the target scores the whole proposal in one forward pass;
     3. accept  - greedy: the longest prefix the target agrees with, then the target's own
                  token; sampling: rejection sampling, which keeps the target's distribution;
-    4. update  - both KV caches drop what was rejected;
+    4. update  - both KV caches drop what was rejected, and the drafter reads what was accepted;
     5. record  - a `Round` with tokens, probabilities, verdict, passes and timings.
 
 The target's cache follows transformers' assisted generation: it holds every committed token
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .drafters import CachedModel, Drafter, LookupDrafter, MakeDrafter, Proposal, Sampler
+from .drafters import CachedModel, Drafter, MakeDrafter, ModelDrafter, Proposal, Sampler
 from .policies import Policy
 from .trace import Baseline, Pending, Round, Trace
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 # ---- the five steps of a round -----------------------------------------------------------
 
 
-def draft(drafter: Drafter | LookupDrafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
+def draft(drafter: Drafter, sequence: list[int], budget: int, policy: Policy, sampler: Sampler,
           eos_ids: frozenset[int]) -> Proposal:
     """Propose up to `budget` tokens for the target to check, with what proposing them cost."""
     started, passes_before, prefill_before = time.perf_counter(), drafter.passes, drafter.prefill_s
@@ -97,7 +98,7 @@ def _commit(proposal: list[int], accepted: int, target_token: int, room: int,
 
 def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
               temperature: float = 0.0, seed: int | None = None,
-              make_drafter: MakeDrafter = Drafter.for_pair) -> Iterator[Trace]:
+              make_drafter: MakeDrafter = ModelDrafter.for_pair) -> Iterator[Trace]:
     """Speculative decoding of one prompt under one lookahead policy, one round at a time.
 
     Yields the same `Trace` before the first round, after each draft step (the proposal in
@@ -105,8 +106,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
     every round, so a caller can show the draft proposing and the target deciding as they happen.
     Stop by no longer asking for the next one: between rounds (`trace.pending` is None) the trace
     keeps `stop_reason="stopped"` and every pass it counts. `wall_s` counts this function's own
-    time, not the caller's between yields. `make_drafter` makes what proposes (see `MakeDrafter`).
-    """
+    time, not the caller's between yields. `make_drafter` makes what proposes (a draft kind's `make`)."""
     started = time.perf_counter()
     sampler = Sampler(temperature, seed, pair.device)
     drafter = make_drafter(pair, prompt_ids)
@@ -140,6 +140,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
         verifier.crop(len(sequence) + accepted)  # the drafter keeps what still holds at its next start
         sequence += committed
         answer += committed
+        drafter.accept(sequence, accepted)
         policy.end_round(len(proposal.ids), accepted, proposal.probs)
         trace.pending = None
         trace.rounds.append(Round(
@@ -164,7 +165,8 @@ def _new_trace(policy: Policy, temperature: float, seed: int | None) -> Trace:
 
 def generate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_tokens: int,
              temperature: float = 0.0, seed: int | None = None,
-             should_stop: Callable[[], bool] | None = None, make_drafter: MakeDrafter = Drafter.for_pair) -> Trace:
+             should_stop: Callable[[], bool] | None = None,
+             make_drafter: MakeDrafter = ModelDrafter.for_pair) -> Trace:
     """`speculate` run to the end, or until `should_stop()` says so between rounds."""
     return _run(speculate(pair, prompt_ids, policy, max_new_tokens, temperature, seed, make_drafter), should_stop)
 

@@ -15,11 +15,13 @@ far)). One occurrence gives 1.0 all along: a single precedent is all the evidenc
 The proposal is a function of the text before the round alone, so the oracle's ideal at a
 position (how many proposed tokens the target would accept from there) is what every policy's
 round starting there meets.
+
+Its entry in the draft registry (drafts.DRAFTS["lookup"]) names its settings, its labels and
+`propose`; the engine's `TextDrafter`, the oracle and the what-if replay call `propose` through it.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +31,10 @@ from .policies import DraftStep, Policy
 
 MAX_NGRAM = 8  # longer n-grams almost never recur verbatim; they only slow the search
 MAX_TOKENS = 64  # as policies.MAX_LOOKAHEAD
+# What the cost-aware rule is told a lookup's step costs: a measured proposal takes well under
+# a millisecond (microseconds to a few hundred, with the context's length), against tens of
+# milliseconds for a target pass on the smallest pair.
+STEP_MS = 0.05
 
 
 @dataclass(frozen=True)
@@ -117,24 +123,3 @@ def _shares(text: list[int], found: list[int], size: int, copied: list[int]) -> 
         probs.append(counts[token] / len(present))
         entropies.append(sum(n / len(present) * math.log(len(present) / n) for n in counts.values()))
     return probs, entropies
-
-
-# ---- asked for on a command line (compare, study) -------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = LookupSettings()
-    parser.add_argument("--draft", choices=("model", "lookup"), default="model",
-                        help="what proposes the tokens: the pair's draft model (default), or prompt lookup, "
-                             "which copies what followed the last n-gram's first earlier occurrence")
-    parser.add_argument("--lookup-ngram", type=int, default=defaults.max_ngram,
-                        help=f"with --draft lookup: the longest n-gram to match (default {defaults.max_ngram})")
-    parser.add_argument("--lookup-tokens", type=int, default=defaults.max_tokens,
-                        help=f"with --draft lookup: the most tokens one lookup copies (default {defaults.max_tokens})")
-
-
-def from_arguments(args: argparse.Namespace) -> LookupSettings | None:
-    """The lookup draft's settings when `--draft lookup` asks for it; None: the pair's draft model."""
-    if args.draft != "lookup":
-        return None
-    return LookupSettings(max_ngram=args.lookup_ngram, max_tokens=args.lookup_tokens)

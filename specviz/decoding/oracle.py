@@ -4,31 +4,45 @@ Given the target's greedy continuation (the reference), the ideal lookahead at a
 how many draft tokens in a row the target would accept from there.
 
 The engine feeds the draft so that its guess at a position is a function of the text before
-it alone (drafters.Drafter). So one pass of the draft along the reference, one token per call,
+it alone (drafters.ModelDrafter). So one pass of the draft along the reference, one token per call,
 gives the guess every policy's round will see at every answer position, whatever its round
 structure: the ideal line (`run_lengths`) is exactly what the policies meet (a round starting
 at p accepts min(its lookahead, ideal[p]) tokens), the oracle that drafts ideal[p] tokens at p
 needs the fewest target passes, and the what-if sweep replays any policy from this table. It
 costs one draft pass per answer position, about what the draft spends in any one policy's run.
+
+A draft whose proposal is read from the text (prompt lookup) has its own search,
+`text_oracle_search`. Each draft kind says which search is its (`drafts.DraftKind.oracle`).
+Importing this module imports no torch (the model's search does, when it runs), so that the
+records (trace.py) can hold a `DraftAlongReference`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-
-from .drafters import Drafter, Sampler, describe
-from .lookup import LookupSettings, propose
 from .policies import Oracle
-from .trace import DraftAlongReference
 
 if TYPE_CHECKING:
     from ..pair.models import ModelPair
+    from .lookup import Lookup
 
 T = TypeVar("T")
 PROGRESS_EVERY = 8  # answer positions between progress reports
+
+
+@dataclass
+class DraftAlongReference:
+    """What the draft proposes at every position of the target's greedy answer, given the answer
+    before it: its token, its probability and the entropy of its distribution. The raw material
+    of the oracle line and of the what-if sweep, kept with a comparison (trace.py). (Files from
+    older versions may hold token -1 where their replay never ran the draft.)"""
+
+    tokens: list[int]
+    probs: list[float]
+    entropies: list[float]
 
 
 def run_lengths(predicted: list[int], reference: list[int]) -> list[int]:
@@ -44,7 +58,11 @@ def draft_along(pair: ModelPair, prompt_ids: list[int],
     """The draft's greedy guess, its probability and its entropy at every answer position,
     reading the reference one token per call as the engine's drafter does (the generator's
     return value). Yields the answer position reached every few positions, for progress."""
-    drafter = Drafter(pair.draft, pair.vocab_size, pair.device, prompt_ids)
+    import torch
+
+    from .drafters import ModelDrafter, Sampler, describe
+
+    drafter = ModelDrafter(pair.draft, pair.vocab_size, pair.device, prompt_ids)
     greedy = Sampler()
     along = DraftAlongReference([], [], [])
     with torch.inference_mode():
@@ -88,18 +106,20 @@ def finish(steps: Generator[Any, None, T]) -> T:
             return done.value
 
 
-# ---- the lookup draft ---------------------------------------------------------------------
+# ---- a draft read from the text (prompt lookup) ------------------------------------------------
+
+TextProposer = Callable[[list[int], frozenset[int]], "Lookup"]  # the text so far, EOS ids -> a proposal
 
 
-def lookup_ideal(prompt_ids: list[int], reference: list[int], settings: LookupSettings,
-                 eos_ids: frozenset[int] = frozenset()) -> Generator[int, None, list[int]]:
-    """At each answer position, how many tokens of the lookup's proposal there the target would
-    accept (the generator's return value); yields the position reached every few positions.
-    A lookup's proposal is a function of the text before the round, so this is what a round
-    starting there meets."""
+def text_ideal(prompt_ids: list[int], reference: list[int], find: TextProposer,
+               eos_ids: frozenset[int] = frozenset()) -> Generator[int, None, list[int]]:
+    """At each answer position, how many tokens of the proposal `find` makes there the target
+    would accept (the generator's return value); yields the position reached every few positions.
+    Such a proposal is a function of the text before the round, so this is what a round starting
+    there meets."""
     ideal = []
     for position in range(len(reference)):
-        proposed = propose(list(prompt_ids) + reference[:position], settings, eos_ids).ids
+        proposed = find(list(prompt_ids) + reference[:position], eos_ids).ids
         agreed = 0
         while agreed < len(proposed) and position + agreed < len(reference) \
                 and proposed[agreed] == reference[position + agreed]:
@@ -131,9 +151,10 @@ def fewest_rounds(ideal: list[int]) -> list[int]:
     return plan
 
 
-def lookup_oracle_search(prompt_ids: list[int], reference: list[int], settings: LookupSettings,
-                         eos_ids: frozenset[int] = frozenset()) -> Generator[int, None, tuple[Oracle, list[int]]]:
-    """The oracle for a greedy run with the lookup draft, and the ideal lookahead at every
-    position, as the return value; yields the position reached, as `lookup_ideal` does."""
-    ideal = yield from lookup_ideal(prompt_ids, reference, settings, eos_ids)
+def text_oracle_search(prompt_ids: list[int], reference: list[int], find: TextProposer,
+                       eos_ids: frozenset[int] = frozenset()) -> Generator[int, None, tuple[Oracle, list[int]]]:
+    """The oracle for a greedy run with a draft that proposes with `find`, and the ideal
+    lookahead at every position, as the return value; yields the position reached, as
+    `text_ideal` does."""
+    ideal = yield from text_ideal(prompt_ids, reference, find, eos_ids)
     return Oracle(fewest_rounds(ideal)), ideal

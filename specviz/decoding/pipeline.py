@@ -18,18 +18,12 @@ from ..errors import SpecVizError
 from ..pair import gpu
 from ..pair.models import ModelPair, encode_prompt, get_pair
 from .costcurve import live_pass_costs, pass_costs
-from .drafters import Drafter, LookupDrafter
+from .drafts import DEFAULT_DRAFT, DraftSpec, check_draft, parse_draft
 from .engine import decode_target_only, speculate
-from .lookup import LookupSettings
-from .oracle import lookup_oracle_search, oracle_search
-from .policies import ModeSpec, Oracle, PassCosts, Policy, check_modes, make_policy, parse_modes
+from .policies import ModeSpec, Oracle, Policy, check_modes, make_policy, parse_modes
 from .trace import Baseline, Comparison, Round, Trace, first_difference
 
 MAX_TEMPERATURE = 2.0
-# What the cost-aware rule is told a lookup's step costs: a measured proposal takes well under
-# a millisecond (microseconds to a few hundred, with the context's length), against tens of
-# milliseconds for a target pass on the smallest pair.
-LOOKUP_STEP_MS = 0.05
 T = TypeVar("T")
 
 
@@ -80,7 +74,7 @@ class Request:
     temperature: float = 0.0
     seed: int | None = None
     chat: bool = True
-    lookup: LookupSettings | None = None  # draft by prompt lookup; None: the pair's draft model
+    draft: DraftSpec = DEFAULT_DRAFT  # what proposes the tokens (drafts.DRAFTS): the pair's draft model unless told
 
     @property
     def runs(self) -> int:
@@ -90,8 +84,9 @@ class Request:
 
 def make_request(prompt: str, modes: str | list[ModeSpec], max_new_tokens: int, temperature: float = 0.0,
                  seed: int | None = None, chat: bool = True, limits: Limits | None = None,
-                 lookup: LookupSettings | None = None) -> Request:
-    """Check user input before any model work; raise SpecVizError with a readable message."""
+                 draft: DraftSpec | str | None = None) -> Request:
+    """Check user input before any model work; raise SpecVizError with a readable message.
+    `draft`: a `DraftSpec` or a draft string ("lookup:3:16"); None: the pair's draft model."""
     limits = limits or Limits.from_env()
     if isinstance(prompt, str) and "\x00" in prompt:
         prompt = prompt.replace("\x00", "")  # NUL bytes mean nothing to a tokenizer; drop them quietly
@@ -108,7 +103,8 @@ def make_request(prompt: str, modes: str | list[ModeSpec], max_new_tokens: int, 
         raise SpecVizError(f"The seed must be a whole number of 0 or more, got {seed!r}.")
     specs = parse_modes(modes) if isinstance(modes, str) else list(modes)
     check_modes(specs)
-    return Request(prompt, specs, int(max_new_tokens), float(temperature), seed, chat, lookup)
+    drafted_by = parse_draft(draft) if isinstance(draft, str) else check_draft(draft or DEFAULT_DRAFT)
+    return Request(prompt, specs, int(max_new_tokens), float(temperature), seed, chat, drafted_by)
 
 
 def prompt_ids_for(pair: ModelPair, request: Request, limits: Limits | None = None) -> list[int]:
@@ -232,16 +228,16 @@ class ComparisonRun:
 
     def __init__(self, pair: ModelPair, request: Request, limits: Limits, say: Callable[[str], None]):
         self.pair, self.request, self.say = pair, request, say
+        self.draft = request.draft.kind  # what proposes the tokens, and how the oracle treats it
         self.prompt_ids = prompt_ids_for(pair, request, limits)
         self.deadline = time.monotonic() + limits.time_budget_s
         greedy = request.temperature <= 0
         self.comparison = Comparison(
             preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens, baseline=None,
             traces=[], temperature=request.temperature, seed=request.seed if not greedy else None,
-            prompt_tokens=len(self.prompt_ids), draft_row_exact=pair.draft_row_exact,
-            lookup=request.lookup.to_dict() if request.lookup else None,
-            prompt_ids=list(self.prompt_ids) if request.lookup else None)
-        self.make_drafter = LookupDrafter.using(request.lookup) if request.lookup else Drafter.for_pair
+            prompt_tokens=len(self.prompt_ids), draft_row_exact=pair.draft_row_exact, draft=request.draft,
+            prompt_ids=list(self.prompt_ids) if self.draft.from_text else None)
+        self.make_drafter = self.draft.make(request.draft.params)
         self.oracle: Oracle | None = None
 
     def out_of_time(self) -> bool:
@@ -264,10 +260,7 @@ class ComparisonRun:
             pass_costs(self.pair)
             for trace in self.comparison.traces:  # the runs before it, timed on this very prompt
                 self.learn_prices(trace)
-        prices = pass_costs(self.pair)
-        if self.request.lookup:
-            prices = PassCosts(LOOKUP_STEP_MS, prices.target_ms)
-        return make_policy(spec, prices=prices)
+        return make_policy(spec, prices=self.draft.prices(pass_costs(self.pair)))
 
     def policy(self, policy: Policy) -> Iterator[Update]:
         """Speculative decoding with `policy`, each round given its display text and the ideal."""
@@ -302,13 +295,9 @@ class ComparisonRun:
         def report(position: int) -> Update:
             return Update(comparison, None, f"{message}: {position} of {len(reference)} tokens")
 
-        if self.request.lookup:
-            search = lookup_oracle_search(self.prompt_ids, reference, self.request.lookup, self.pair.eos_token_ids)
-            (self.oracle, ideal), comparison.oracle_s = yield from _relay(search, report)
-            along = None  # the what-if recomputes a lookup's proposals from the text instead
-        else:
-            (self.oracle, ideal, along), comparison.oracle_s = yield from _relay(
-                oracle_search(self.pair, self.prompt_ids, reference), report)
+        # along: the draft's guesses along the answer, None for a draft the what-if recomputes from the text
+        search = self.draft.oracle(self.pair, self.prompt_ids, reference, self.request.draft.params)
+        (self.oracle, ideal, along), comparison.oracle_s = yield from _relay(search, report)
         comparison.oracle_ideal, comparison.draft_along_reference = ideal, along
         comparison.oracle_reference = source
         for t in comparison.traces:

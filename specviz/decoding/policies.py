@@ -244,7 +244,7 @@ class Entropy(Policy):
 class PassCosts:
     """What a round costs on the machine at hand, in milliseconds: a draft call, the target's
     pass over a window of 1, 2, ... new tokens (`target_ms[w - 1]`; past the last, its slope), and,
-    for a draft that reads a round's backlog of committed tokens in one call (drafters.Drafter), that
+    for a draft that reads a round's backlog of committed tokens in one call (drafters.ModelDrafter), that
     call over 1, 2, ... tokens (`catch_up_ms`; empty: the draft reads them one call each)."""
 
     draft_call_ms: float
@@ -356,7 +356,7 @@ class CostAware(Policy):
       test compares whole rounds' rates with plain decoding's, which needs no estimate of R; R
       only decides how far the round goes.
     - It charged the first token the catch-up over the whole backlog of plain rounds. The backlog
-      is a debt: the draft reads every committed token once (drafters.Drafter), so the next round
+      is a debt: the draft reads every committed token once (drafters.ModelDrafter), so the next round
       that drafts pays it, and every plain round before that only adds a row. Drafting now or a
       round later pays the same debt; only drafting never again saves it, and over a long run a
       one-off cost does not move a rate. So the plan prices the first call as a drafting round
@@ -407,7 +407,7 @@ class CostAware(Policy):
         self.accepted_in_bin = [0] * self.BINS
         self.judged_in_bin = [0] * self.BINS
         self.tokens, self.time_ms = 0.0, 0.0  # the run so far, priced
-        self.fed = -1  # the last answer position the draft has read (drafters.Drafter), -1: none
+        self.fed = -1  # the last answer position the draft has read (drafters.ModelDrafter), -1: none
         self.position = 0
         self.plain_rounds = 0  # rounds in a row that drafted nothing
         self.alive = 1.0  # P(every token drafted so far this round is accepted)

@@ -6,7 +6,7 @@ and is what the CLI writes as JSON and the app can load back without any model.
 
 Counting follows docs/DESIGN.md: one target forward pass per round (the prompt prefill is merged
 into the first round); a draft pass is one draft forward call: one per drafted token, plus the
-catch-up calls and the prompt prefill of drafters.Drafter, which `Round.draft_passes` counts.
+catch-up calls and the prompt prefill of drafters.ModelDrafter, which `Round.draft_passes` counts.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import io
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+from .drafts import DEFAULT_DRAFT, DRAFTS, DraftSpec
+from .oracle import DraftAlongReference
 
 
 @dataclass
@@ -31,14 +34,14 @@ class Round:
     target_id: int | None  # the target's own token: correction or bonus (None if the run ended first)
     draft_entropies: list[float] = field(default_factory=list)  # entropy (nats) of each draft distribution
     # Draft forward calls this round: one per drafted token, plus catch-up calls (and the prompt's
-    # prefill in the first round that drafts); see drafters.Drafter. Not given: one per drafted token.
+    # prefill in the first round that drafts); see drafters.ModelDrafter. Not given: one per drafted token.
     draft_passes: int | None = None
     draft_s: float = 0.0
     verify_s: float = 0.0  # in the first round this includes the target's prefill of the prompt
     draft_prefill_s: float = 0.0  # of draft_s: the draft's prefill of the prompt (first drafting round)
     threshold: float | None = None  # confidence threshold in force, for threshold policies
     oracle_ideal: int | None = None  # the oracle's ideal lookahead at `position` (greedy runs)
-    draft_source: int | None = None  # a lookup draft's: where in the text its tokens were copied from
+    draft_source: int | None = None  # a text draft's (a lookup's): where in the text its tokens were copied from
     draft_texts: list[str] = field(default_factory=list)  # display text of each draft token
     target_text: str | None = None
 
@@ -192,18 +195,6 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 @dataclass
-class DraftAlongReference:
-    """What the draft proposes at every position of the target's greedy answer, given the answer
-    before it: its token, its probability and the entropy of its distribution. The raw material
-    of the oracle line and of the what-if sweep. (Files from older versions may hold token -1
-    where their replay never ran the draft.)"""
-
-    tokens: list[int]
-    probs: list[float]
-    entropies: list[float]
-
-
-@dataclass
 class Comparison:
     """One prompt run through the baseline and several policies."""
 
@@ -223,13 +214,13 @@ class Comparison:
     oracle_s: float = 0.0  # seconds spent finding the oracle's ideal (draft passes along the answer)
     # Where and when a stored comparison was computed (date, machine, versions), for showing it later.
     provenance: dict[str, str] | None = None
-    # The draft read each round's backlog in one call (a row-exact draft, drafters.Drafter), not one
-    # call per token: how the what-if replay counts its passes.
+    # The draft read each round's backlog in one call (a row-exact draft, drafters.ModelDrafter), not
+    # one call per token: how the what-if replay counts its passes.
     draft_row_exact: bool = False
-    # The draft was a prompt lookup with these settings (lookup.LookupSettings), not the pair's model.
-    lookup: dict[str, int] | None = None
-    # The prompt's token ids, kept with a lookup draft: its proposals are a function of the text,
-    # so the what-if replay recomputes them from these and the answer.
+    # What proposed the tokens (drafts.DRAFTS): the pair's draft model, or e.g. prompt lookup.
+    draft: DraftSpec = DEFAULT_DRAFT
+    # The prompt's token ids, kept with a draft that reads the text (a lookup): its proposals are a
+    # function of the text, so the what-if replay recomputes them from these and the answer.
     prompt_ids: list[int] | None = None
 
     def speedup(self, trace: Trace) -> float | None:
@@ -283,8 +274,10 @@ class Comparison:
             },
             "modes": [self._mode_dict(t) for t in self.traces],
         }
-        if self.lookup is not None:  # a model draft's comparison: the file as before lookup drafts
-            out["lookup"] = self.lookup
+        # Any other draft than the pair's model: its settings under its name ("lookup": {"max_ngram":
+        # 2, ...}), as lookup drafts have always been written; a model draft's file as before them.
+        if self.draft.name != DEFAULT_DRAFT.name:
+            out[self.draft.name] = dict(self.draft.params)
         if self.prompt_ids is not None:
             out["prompt_ids"] = self.prompt_ids
         return out
@@ -353,7 +346,7 @@ class Comparison:
                    oracle_ideal=data.get("oracle_ideal"), partial=bool(data.get("partial", False)),
                    oracle_reference=data.get("oracle_reference"), provenance=data.get("provenance"),
                    oracle_s=float(data.get("oracle_s") or 0.0), draft_row_exact=bool(data.get("draft_row_exact", False)),
-                   lookup=data.get("lookup"), prompt_ids=data.get("prompt_ids"),
+                   draft=_draft_from(data), prompt_ids=data.get("prompt_ids"),
                    draft_along_reference=DraftAlongReference(**along) if (along := data.get(
                        "draft_along_reference")) else None)
 
@@ -362,12 +355,21 @@ class Comparison:
         return cls.from_dict(json.loads(text))
 
 
+def _draft_from(data: dict[str, Any]) -> DraftSpec:
+    """The draft a comparison's JSON names: the registered draft whose settings it holds under
+    the draft's name (see `to_dict`), its other settings at their defaults; none: the pair's model."""
+    for name in DRAFTS:
+        if name != DEFAULT_DRAFT.name and isinstance(data.get(name), dict):
+            return DraftSpec.of(name, **data[name])
+    return DEFAULT_DRAFT
+
+
 _ROUND_FIELDS = [f.name for f in fields(Round)]
 
 
 def _round_dict(r: Round) -> dict[str, Any]:
     d = asdict(r)
-    if d["draft_source"] is None:  # a model draft's rounds: files as before lookup drafts existed
+    if d["draft_source"] is None:  # a model draft's rounds: files as before text drafts existed
         del d["draft_source"]
     d["lookahead"] = r.lookahead
     d["target_kind"] = r.target_kind

@@ -37,14 +37,14 @@ The target (`choose_target`), the first that applies:
 * fp32, as loaded. ("bf16-fast", bf16 packed with transformers' attention, is only ever forced.)
 
 The draft's numbers need not equal anything: the engine feeds it so that its guess is a function
-of the text alone (drafters.Drafter). It has to be cheap and to guess as well; a one-token call
+of the text alone (drafters.ModelDrafter). It has to be cheap and to guess as well; a one-token call
 reads every weight once, so its price is its weights' bytes. The draft (`choose_draft`), the first
 that applies: kquant, SpecViz's own 4-bit codes on the same kernel, where it builds and a one-row
 product times faster than torch's int4; int4 (`Int4Linear`, a quarter of bf16's bytes) where a
 one-row product times clearly faster than the bf16 below; bf16 packed where the CPU has native
 bf16; elsewhere bf16 as cast (`CastLinear`, its prompt prefill in fp32) where a one-row product
 times clearly faster than fp32's; else fp32. `draft_rows_exact` then says whether the draft may
-read a round's backlog in one call (drafters.Drafter).
+read a round's backlog in one call (drafters.ModelDrafter).
 
 Each timing is the median of five calls on the model's widest Linear layer that both kernels fit
 (for fp32-window the widest but the output layer, over 8 rows); "clearly faster" is under 0.8 of
@@ -87,7 +87,7 @@ ROW_SIZES = (16, 32)
 SETUPS = ("fp32", "fp32-packed", "fp32-window", "bf16", "bf16-fast", "kquant")
 DRAFT_SETUPS = ("fp32", "bf16", "int4", "kquant")
 INT4_GROUP = 32  # weights per scale and offset in the draft's int4 layers
-# The most committed tokens a row-exact draft reads in one catch-up call (drafters.Drafter): what
+# The most committed tokens a row-exact draft reads in one catch-up call (drafters.ModelDrafter): what
 # every row-exact draft set-up promises (ROW_SIZES's largest, the bundled int8 draft's row-by-row
 # products).
 CATCH_UP_ROWS = 32
@@ -225,7 +225,7 @@ class RowInt8Linear(torch.nn.Module):
     """torch's dynamic int8 Linear with a row's bits independent of the call: a call of up to
     `rows` rows is computed one row at a time, so each row's activations get the scale that a
     one-token call gives them (the dynamic product picks one scale per call). A longer call (only
-    the prompt's prefill, drafters.Drafter) is one product, as before: it is the same call in every run."""
+    the prompt's prefill, drafters.ModelDrafter) is one product, as before: it is the same call in every run."""
 
     def __init__(self, quantized: torch.nn.Module, rows: int = 32):
         super().__init__()
@@ -255,7 +255,7 @@ def to_row_int8(model: torch.nn.Module, rows: int = 32) -> None:
 def draft_rows_exact(draft: torch.nn.Module) -> bool:
     """Whether the draft, as set up, reads several tokens in a call with each row's logits the bits
     of a call of its own (windows of 8 and 24 after 16 tokens): then it may catch up on a round's
-    backlog in one call (drafters.Drafter). Checked on the draft itself: a second or two."""
+    backlog in one call (drafters.ModelDrafter). Checked on the draft itself: a second or two."""
     return rows_exact(draft, context=16, window=8) and rows_exact(draft, context=16, window=24)
 
 
@@ -802,7 +802,7 @@ def prepare_draft(model: torch.nn.Module, setup: str, kernel: Path | None = None
         return (f"draft 4-bit (SpecViz's own codes in groups of {kquant.GROUP[kquant.Q4]}, the K-quant kernel, "
                 "row-exact)")
     if setup == "bf16":
-        to_bf16_packed(model, sizes=None)  # fed one token per call (drafters.Drafter): nothing to pad
+        to_bf16_packed(model, sizes=None)  # fed one token per call (drafters.ModelDrafter): nothing to pad
         return "draft bf16 (oneDNN-packed weights)"
     if setup == "bf16-cast":
         _replace_linears(model, CastLinear)

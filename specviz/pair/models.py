@@ -41,7 +41,7 @@ class ModelPair:
     notes: list[str] = field(default_factory=list)
     setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (cpu.py)
     # The draft gives a row the same bits in a call of several (up to CATCH_UP_ROWS) as
-    # alone, checked at load: it then reads a round's backlog in one call (drafters.Drafter).
+    # alone, checked at load: it then reads a round's backlog in one call (drafters.ModelDrafter).
     draft_row_exact: bool = False
 
 

@@ -205,7 +205,7 @@ class WorkSplit:
     draft_s: float
     verify_s: float
     wall_s: float
-    draft_catch_up: int = 0  # draft calls that read committed tokens (drafters.Drafter), no token drafted
+    draft_catch_up: int = 0  # draft calls that read committed tokens (drafters.ModelDrafter), no token drafted
 
     @property
     def draft_tokens(self) -> int:
@@ -281,7 +281,7 @@ class RoundVerdict:
     The ideal is the number of draft tokens the target would accept from there. A round with a
     rejection drafted too much, by exactly `lookahead - accepted` tokens. A fully accepted round
     may have drafted too little, by `ideal - lookahead`: exact too, since the draft's guess at a
-    position depends on the text alone (drafters.Drafter), so every round accepts exactly
+    position depends on the text alone (drafters.ModelDrafter), so every round accepts exactly
     min(lookahead, ideal).
 
     A round's bar stacks `accepted`, then `beyond_ideal` (too long) or, in a sampled run with no

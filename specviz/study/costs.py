@@ -5,7 +5,7 @@ that read the prompt cost per prompt, not per token, and are priced apart:
 
 * target-only decoding's first pass (the prompt and the first token);
 * a policy's first verification pass (the prompt and the first proposal, engine.speculate);
-* the draft's prefill call (the prompt but its last token, drafters.Drafter), made once per prompt
+* the draft's prefill call (the prompt but its last token, drafters.ModelDrafter), made once per prompt
   by a policy that drafts at all, when the prompt has more than one token. It is one of the
   run's draft passes.
 
@@ -75,7 +75,7 @@ def plain_passes(lookaheads: Sequence[int]) -> int:
 
 def draft_prefill_calls(prompt_tokens: int, draft_passes: int) -> int:
     """The draft reads the prompt (but its last token) in one call before its first proposal, and
-    only when the prompt has more than one token (drafters.Drafter)."""
+    only when the prompt has more than one token (drafters.ModelDrafter)."""
     return 1 if prompt_tokens > 1 and draft_passes > 0 else 0
 
 

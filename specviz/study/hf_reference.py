@@ -14,7 +14,7 @@ SpecViz's `adaptive` policy, so it is switched off for the others.
 The passes match SpecViz's only with `drafters.TransformersDrafter`, which feeds the draft as the
 installed transformers does (the last committed tokens in one call per round: the last two up to
 5.24, what the cache lacks from 5.25); SpecViz's default feeding spends one more draft call per
-fully accepted round (drafters.Drafter).
+fully accepted round (drafters.ModelDrafter).
 """
 
 from __future__ import annotations

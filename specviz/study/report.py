@@ -42,10 +42,10 @@ FEW_REJECTED = 20  # below this many rejected tokens, say the AUC is rough
 # The bundled pairs draft with a copy of the target; every other pair's dynamic-vs-heuristic
 # verdict is decided by measured time (RULES).
 MODELED_PRESETS = frozenset({"smollm2-135m-int8", "smollm2-135m-bf16"})
-# A pair whose draft is a prompt lookup is studied as a pair of its own: "smollm2-135m-int8+lookup"
-# (transformers' settings) or "...+lookup-n3-k16". Its records, verdicts and report section are
-# apart from the model draft's, and it is timed by the wall clock (not in MODELED_PRESETS).
-LOOKUP_MARK = "+lookup"
+# A pair whose draft is not its model is a pair of its own (runner.study_name): "smollm2-135m-int8+lookup"
+# or "...+lookup-n3-k16", its records and verdicts apart, timed by the wall clock (not in MODELED_PRESETS).
+PAIR_DRAFT_MARK = "+"
+LOOKUP_MARK = PAIR_DRAFT_MARK + "lookup"  # the lookup draft's pairs, which have a section of their own
 STOP_FLOOR = 0.95  # a policy suits a lookup draft only if it never falls below this on a suite
 RULES = f"""\
 - **A fixed lookahead wastes work** (headline): *reproduced* when, summed over the coding suite,
@@ -629,7 +629,7 @@ CLAIMS = [("headline", ("A fixed lookahead wastes work: the oracle needs fewer t
 
 def model_preset(name: str) -> str:
     """The model pair a studied pair's name stands for."""
-    return name.split(LOOKUP_MARK)[0]
+    return name.split(PAIR_DRAFT_MARK)[0]
 
 
 def preset_figures(preset: str, done: Sequence[PromptResult], suites: Sequence[str]) -> list[SuiteFigures]:

@@ -29,8 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..decoding import lookup
-from ..decoding.lookup import LookupSettings
+from ..decoding import drafts
+from ..decoding.drafts import DEFAULT_DRAFT, DraftSpec, pair_setup
 from ..decoding.policies import ModeSpec, parse_modes
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
@@ -38,7 +38,7 @@ from ..pair import cpu
 from .hindsight import SavedRun
 from .records import ModeResult, PromptResult, RoundRecord
 from .report import (
-    LOOKUP_MARK,
+    PAIR_DRAFT_MARK,
     STUDY_MODES,
     current_runs,
     duration,
@@ -232,12 +232,17 @@ def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def study_name(preset: str, lookup: LookupSettings | None) -> str:
-    if lookup is None:
+def study_name(preset: str, draft: DraftSpec) -> str:
+    """The name a pair is studied under with `draft`: the preset's own with its draft model, else
+    "PRESET+DRAFT" at the draft's defaults ("smollm2-135m-int8+lookup"), or with its settings by
+    their tags ("...+lookup-n3-k16"): a pair of its own in the records and the report."""
+    if draft.name == DEFAULT_DRAFT.name:
         return preset
-    if lookup == LookupSettings():
-        return preset + LOOKUP_MARK
-    return f"{preset}{LOOKUP_MARK}-n{lookup.max_ngram}-k{lookup.max_tokens}"
+    kind = draft.kind
+    if draft.params == kind.defaults():
+        return f"{preset}{PAIR_DRAFT_MARK}{draft.name}"
+    tags = "".join(f"-{s.tag}{draft.params[s.key]:g}" for s in kind.settings)
+    return f"{preset}{PAIR_DRAFT_MARK}{draft.name}{tags}"
 
 
 # ---- commands as anyone could type them -----------------------------------------------------
@@ -363,10 +368,10 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     if args.report_only:
         return _report_only(args, outs, report, suite_names, say)
 
-    lookup_settings = lookup.from_arguments(args)
-    if lookup_settings is not None and on_ray is not None:
-        raise SpecVizError("--draft lookup runs in this process only: leave out --ray.")
-    presets = tuple(study_name(p, lookup_settings) for p in (_parse_presets(args.preset) or STUDY_PRESETS))
+    draft = drafts.from_arguments(args)
+    if draft != DEFAULT_DRAFT and on_ray is not None:
+        raise SpecVizError(f"--draft {draft.name} runs in this process only: leave out --ray.")
+    presets = tuple(study_name(p, draft) for p in (_parse_presets(args.preset) or STUDY_PRESETS))
     max_new_tokens = args.max_new_tokens or 128
     out.mkdir(parents=True, exist_ok=True)
     store = ResultStore(out / "results.jsonl")
@@ -391,7 +396,7 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     if todo and on_ray is not None:
         left = _run_on_ray(todo, modes, max_new_tokens, on_ray, store, meta, invocation, started, say)
     elif todo:
-        _run(todo, modes, max_new_tokens, args.threads, store, meta, invocation, started, say, lookup_settings)
+        _run(todo, modes, max_new_tokens, args.threads, store, meta, invocation, started, say, draft)
     invocation["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     invocation["wall_s"] = round(time.perf_counter() - started, 1)
     if todo:
@@ -440,7 +445,7 @@ def _report_only(args: argparse.Namespace, outs: list[Path], report: Path, suite
 
 def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens: int, threads: int | None,
          store: ResultStore, meta: Meta, invocation: dict[str, Any], started: float, say: Callable[[str], None],
-         lookup_settings: LookupSettings | None = None) -> None:
+         draft: DraftSpec = DEFAULT_DRAFT) -> None:
     """Compute the prompts not done yet, one at a time, saving each as it finishes."""
     import torch
 
@@ -457,15 +462,13 @@ def _run(todo: list[tuple[str, Any, int]], modes: list[ModeSpec], max_new_tokens
         # What runs (precision, kernels) is chosen per machine at load: the records' figures need it.
         preset = model_preset(name)
         pair = get_pair(preset, progress=say)
-        setup = pair.setup if lookup_settings is None else \
-            f"{pair.setup.split('; draft')[0]}; draft {lookup_settings.label}"
-        invocation.setdefault("setups", {})[name], eos_ids = setup, list(pair.eos_token_ids)
+        invocation.setdefault("setups", {})[name], eos_ids = pair_setup(pair.setup, draft), list(pair.eos_token_ids)
         del pair  # held here, release_pair below could not let it go
         meta.save()
         for preset_, item, index in [job for job in todo if job[0] == name]:
             t0 = time.perf_counter()
             # Through the door of model work (a GPU slot on a ZeroGPU Space), by the preset's name.
-            request = make_request(item.prompt, modes, max_new_tokens, limits=limits, lookup=lookup_settings)
+            request = make_request(item.prompt, modes, max_new_tokens, limits=limits, draft=draft)
             comparison = compare_preset(preset, request, limits)
             seconds = time.perf_counter() - t0
             record_prompt(store, preset_, item, index, comparison, seconds, eos_ids, torch.get_num_threads())
@@ -523,7 +526,7 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                         "run's verdicts, the others linked")
     s.add_argument("--report", default=None, help="where to write the report (default OUT/STUDY.md)")
     s.add_argument("--limit", type=int, default=None, help="first N prompts of each suite (for tests)")
-    lookup.add_arguments(s)
+    drafts.add_arguments(s)
     s.add_argument("--modes", default=None,
                    help=f"the policies run on every prompt, as in compare (default {STUDY_MODES}); a prompt "
                         "already in results.jsonl is not redone for another mode list (--force does)")

@@ -2,7 +2,7 @@
 
 In greedy decoding the answer is fixed (it is the target's), so a round that starts at position
 p ends at the first position where the draft's token differs from the answer. The engine feeds
-the draft so that its guess at a position depends on the text before it alone (drafters.Drafter),
+the draft so that its guess at a position depends on the text before it alone (drafters.ModelDrafter),
 so what the draft proposes along the answer (`DraftAlongReference`, from the oracle step) is
 what every policy's round sees there, and the rounds of any policy follow by bookkeeping alone:
 
@@ -15,10 +15,11 @@ what every policy's round sees there, and the rounds of any policy follow by boo
   that far, the draft's probabilities along the answer stand in for it. That only changes when
   a policy that stops on the draft's confidence stops after a rejection, never the target passes.
 
-A lookup draft (decoding/lookup.py) needs no table: its proposal at a position is a function of the
-prompt and the answer before it, so the replay recomputes it there (`replay_lookup_passes`), and
-everything it counts is exact. It makes no draft pass; a round it drafted nothing in is a plain
-pass, priced as one.
+A draft read from the text (prompt lookup, decoding/lookup.py: a draft kind whose `from_text` is
+set, decoding/drafts.py) needs no table: its proposal at a position is a function of the prompt
+and the answer before it, so the replay recomputes it there with the kind's proposal rule
+(`replay_text_passes`), and everything it counts is exact. It makes no draft pass; a round it
+drafted nothing in is a plain pass, priced as one.
 
 Time is modeled from the per-pass costs measured in the real run (study.costs: the prompt's
 prefill priced once per prompt, apart from the per-token passes).
@@ -29,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..decoding.lookup import LookupSettings, drafted, propose
+from ..decoding.lookup import drafted
+from ..decoding.oracle import TextProposer
 from ..decoding.policies import DraftStep, Dynamic, Policy, Static
 from ..decoding.trace import Comparison, DraftAlongReference
 from ..pair.cpu import CATCH_UP_ROWS
@@ -91,7 +93,7 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
     seen = seen or Observations({}, {})
     end = len(reference)
     position = target_passes = draft_passes = 0
-    # The draft's cache, as drafters.Drafter fills it: it holds the answer up to position `fed`
+    # The draft's cache, as drafters.ModelDrafter fills it: it holds the answer up to position `fed`
     # (-1: the prompt but its last token), and the prompt is read in one call at its first start.
     fed, prefill_calls = -1, 1 if prompt_tokens > 1 else 0
     while position < end:
@@ -133,17 +135,18 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
     return target_passes, draft_passes
 
 
-def replay_lookup_passes(policy: Policy, prompt_ids: list[int], reference: list[int], settings: LookupSettings,
-                         max_new_tokens: int, eos_ids: Iterable[int] = ()) -> tuple[int, int]:
-    """Target passes `policy` needs to produce `reference` with a lookup draft, and how many of
-    them after the first checked no draft token (plain passes): each round's proposal recomputed
-    from the text before it, as drafters.LookupDrafter makes it."""
+def replay_text_passes(policy: Policy, prompt_ids: list[int], reference: list[int], find: TextProposer,
+                       max_new_tokens: int, eos_ids: Iterable[int] = ()) -> tuple[int, int]:
+    """Target passes `policy` needs to produce `reference` with a draft read from the text that
+    proposes with `find` (a lookup: drafts.TextDraft.proposer), and how many of them after the
+    first checked no draft token (plain passes): each round's proposal recomputed from the text
+    before it, as drafters.TextDrafter makes it."""
     eos = frozenset(eos_ids)
     end = len(reference)
     position = target_passes = plain = 0
     while position < end:
         budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
-        found = propose(list(prompt_ids) + reference[:position], settings, eos) if budget else None
+        found = find(list(prompt_ids) + reference[:position], eos) if budget else None
         steps = drafted(found, budget, policy) if found else []
         accepted = 0
         while accepted < len(steps) and position + accepted < end \
@@ -164,10 +167,11 @@ class ReplayedPasses:
 
 
 def can_replay(comparison: Comparison) -> bool:
-    """A whole greedy run with what the replay needs: the draft table, or a lookup's prompt."""
+    """A whole greedy run with what the replay needs: the draft table, or, for a draft read from
+    the text, the prompt."""
     if comparison.baseline is None or comparison.temperature > 0:
         return False
-    if comparison.lookup is not None:
+    if comparison.draft.kind.from_text:
         return comparison.prompt_ids is not None
     return comparison.draft_along_reference is not None
 
@@ -178,9 +182,10 @@ def replayed_passes(comparison: Comparison, policy: Policy, eos_ids: Iterable[in
     if not can_replay(comparison):
         raise ValueError("what-if replays need a whole greedy run (its draft table or prompt, and its baseline)")
     reference = comparison.reference_ids()
-    if comparison.lookup is not None:
-        target, plain = replay_lookup_passes(policy, comparison.prompt_ids, reference,
-                                             LookupSettings(**comparison.lookup), comparison.max_new_tokens, eos_ids)
+    kind = comparison.draft.kind
+    if kind.from_text:  # its proposals recomputed from the text: no table, no draft pass
+        target, plain = replay_text_passes(policy, comparison.prompt_ids, reference,
+                                           kind.proposer(comparison.draft.params), comparison.max_new_tokens, eos_ids)
         return ReplayedPasses(target, 0, plain)
     seen = seen if seen is not None else observations(comparison)
     target, draft = replay_passes(policy, reference, comparison.draft_along_reference, comparison.max_new_tokens,
@@ -218,7 +223,7 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: floa
     measured = StudyPassCosts.from_comparison(comparison)
     costs = measured if draft_ratio is None else measured.with_draft_ratio(draft_ratio)
     eos = list(eos_ids)
-    seen = observations(comparison) if comparison.lookup is None else None
+    seen = None if comparison.draft.kind.from_text else observations(comparison)
     oracle = next((t for t in comparison.traces if t.policy == "oracle"), None)
     return Sweep(
         thresholds=[replay(comparison, Dynamic(t, 20), costs, eos, seen) for t in THRESHOLDS],

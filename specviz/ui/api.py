@@ -13,7 +13,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from ..decoding import pipeline
-from ..decoding.lookup import LookupSettings
+from ..decoding.drafts import DraftSpec
 from ..decoding.policies import DEFAULT_MODES
 from ..errors import SpecVizError
 from ..pair.presets import PRESETS, get_preset
@@ -47,16 +47,16 @@ def example(name: str) -> dict[str, Any]:
 def compare(prompt: str, preset: str, max_new_tokens: int, modes: str = DEFAULT_MODES,
             temperature: float = 0.0, seed: int | None = None,
             lock: threading.Lock | None = None, turns: Turns | None = None,
-            lookup: LookupSettings | None = None) -> Iterator[dict[str, Any]]:
+            draft: DraftSpec | None = None) -> Iterator[dict[str, Any]]:
     """Run one comparison, yielding the comparison so far each time a policy (or target-only
     decoding) finishes, and the whole comparison last. The input is checked before any model
     work (SpecVizError says what is wrong); the run waits for its turn in `turns` (shared with
     the page's runs), and `lock` serializes each model step with the page's. A caller that
-    stops asking stops the run after its current round. `lookup`: draft by prompt lookup with
-    these settings instead of the pair's draft model."""
+    stops asking stops the run after its current round. `draft`: what proposes the tokens
+    (drafts.DRAFTS; None: the pair's draft model)."""
     limits = pipeline.Limits.from_env()
     request = pipeline.make_request(prompt, modes, max_new_tokens, temperature=temperature,
-                                    seed=seed if temperature > 0 else None, limits=limits, lookup=lookup)
+                                    seed=seed if temperature > 0 else None, limits=limits, draft=draft)
     get_preset(preset)  # an unknown preset is a SpecVizError before any wait
     session = RunSession(turns or Turns(), preset, request, limits)
     try:

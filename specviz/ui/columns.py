@@ -199,9 +199,9 @@ def done_message(comparison: Comparison) -> str:
     if base is None:
         return f"Done: {len(traces)} policies; target-only decoding did not run, so nothing was checked."
     drafted_by = ""
-    if comparison.lookup is not None:  # no draft model ran: say what proposed the tokens
-        drafted_by = (f"drafts by prompt lookup (n-gram {comparison.lookup.get('max_ngram')}, "
-                      f"{comparison.lookup.get('max_tokens')} tokens, no draft model), ")
+    kind = comparison.draft.kind
+    if not kind.counts_passes:  # no draft model ran: say what proposed the tokens
+        drafted_by = f"drafts by {kind.title} ({kind.described(comparison.draft.params)}, no draft model), "
     text = (f"Done: {len(traces)} policies, {drafted_by}{comparison.max_new_tokens} max new tokens, "
             f"target-only baseline {base.target_passes} passes in {base.wall_s:.1f} s"
             + (f" ({len(base.token_ids) / base.wall_s:.1f} tokens/s)" if base.wall_s > 0 else ""))

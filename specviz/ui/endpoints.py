@@ -11,11 +11,12 @@ from contextlib import contextmanager
 
 import gradio as gr
 
+from ..decoding.drafts import draft_choices
 from ..decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
 from ..errors import SpecVizError
 from ..pair.presets import DEFAULT_PRESET
 from . import api
-from .inputs import lookup_value
+from .inputs import draft_value
 from .server_state import MODEL_LOCK, TURNS
 
 logger = logging.getLogger("specviz.app")
@@ -61,7 +62,7 @@ def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128
         modes: comma-separated policies, at most MAX_MODES, each once, settings left out at their defaults: MODE_GRAMMAR
         temperature: 0 for greedy decoding (lossless check and oracle); above 0 (at most 2) samples
         seed: the sampling seed, used only when temperature is above 0
-        draft: "model" (the pair's draft model) or "lookup" (prompt lookup: copies what followed the last n-gram's first earlier occurrence in the prompt and answer; no draft model runs)
+        draft: DRAFT_CHOICES
         lookup_ngram: with draft "lookup": the longest n-gram to match, 1 to 8 (transformers' default 2)
         lookup_tokens: with draft "lookup": the most tokens one lookup copies, 1 to 64 (transformers' default 10)
 
@@ -72,15 +73,19 @@ def compare(prompt: str, preset: str = DEFAULT_PRESET, max_new_tokens: int = 128
                 max_new_tokens, modes, temperature, str(draft)[:20], len(prompt) if isinstance(prompt, str) else -1)
     with _api_errors():
         comparison = None
-        lookup = lookup_value(draft, lookup_ngram, lookup_tokens)
+        # The draft's settings, named as the page's boxes and the CLI's options are ("lookup_ngram");
+        # a draft string ("lookup:3:16") may also give them, for any draft in the registry.
+        asked = draft_value(draft, lookup_ngram=lookup_ngram, lookup_tokens=lookup_tokens)
         for comparison in api.compare(prompt, preset, max_new_tokens, modes, temperature, seed, MODEL_LOCK, TURNS,
-                                      lookup):
+                                      asked):
             yield comparison
         logger.info("run finished: %d policies (API)", len(comparison["modes"]) if comparison else 0)
 
 
-# Gradio reads the docstring for the API page and the MCP tool's description: the modes as the registry has them.
-compare.__doc__ = compare.__doc__.replace("MODE_GRAMMAR", mode_grammar()).replace("MAX_MODES", str(MAX_MODES))
+# Gradio reads the docstring for the API page and the MCP tool's description: the modes and the drafts as
+# the registries have them.
+compare.__doc__ = (compare.__doc__.replace("MODE_GRAMMAR", mode_grammar()).replace("MAX_MODES", str(MAX_MODES))
+                   .replace("DRAFT_CHOICES", draft_choices()))
 
 
 def presets() -> list:

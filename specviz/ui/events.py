@@ -17,7 +17,7 @@ from html import escape as html_escape
 import gradio as gr
 import pandas as pd
 
-from ..decoding.lookup import LookupSettings
+from ..decoding.drafts import DEFAULT_DRAFT
 from ..decoding.pipeline import Limits, compare_preset, make_request
 from ..decoding.policies import format_modes
 from ..decoding.trace import Trace
@@ -44,11 +44,12 @@ from .export import SWEEP_HEADERS, ExportFolders, sweep_rows, write_all
 from .files import example_comparison, load_comparison_file
 from .heartbeat import with_heartbeat
 from .inputs import (
-    lookup_value,
+    DRAFT_WIDGETS,
     max_new_tokens_value,
     seed_value,
     temperature_value,
     ticked_columns,
+    widget_draft,
     widget_modes,
 )
 from .outputs import COMPARISON_OUTPUTS, EXAMPLE_OUTPUTS, STOP_OUTPUTS, VIEW_OUTPUTS
@@ -108,23 +109,24 @@ def _with_live(comparison, live):
     return comparison if live is None else replace(comparison, traces=[*comparison.traces, live])
 
 
-def run(visitor: gr.Request, prompt, preset, max_new_tokens, temperature=0, seed=None, draft="model",
-        lookup_ngram=LookupSettings.max_ngram, lookup_tokens=LookupSettings.max_tokens, *settings):
+def run(visitor: gr.Request, prompt, preset, max_new_tokens, temperature=0, seed=None, draft=DEFAULT_DRAFT.name,
+        *settings):
     """Run the comparison, streaming every column round by round; while another run has the
-    models, say where this one stands in the queue. `settings`: the policies' settings widgets, in
-    `inputs.PAGE_WIDGETS` order (those left out at their defaults). The visitor comes first:
-    Gradio hands the request only to a parameter before `*settings`."""
+    models, say where this one stands in the queue. `settings`: the drafts' settings boxes, in
+    `inputs.DRAFT_WIDGETS` order, then the policies' settings widgets, in `inputs.PAGE_WIDGETS`
+    order (those left out at their defaults). The visitor comes first: Gradio hands the request
+    only to a parameter before `*settings`."""
+    draft_values, settings = settings[:len(DRAFT_WIDGETS)], settings[len(DRAFT_WIDGETS):]
     page = _PageRun(preset, active_columns(ticked_columns(*settings)))
     try:
         limits = Limits.from_env()
         modes = widget_modes(*settings)
-        lookup = lookup_value(draft, lookup_ngram, lookup_tokens)
         request = make_request(prompt, modes, max_new_tokens_value(max_new_tokens, limits.max_new_tokens),
                                temperature=temperature_value(temperature), seed=seed_value(seed), limits=limits,
-                               lookup=lookup)
+                               draft=widget_draft(draft, *draft_values))
         logger.info("run: preset=%s max_new_tokens=%d modes=%s temperature=%g draft=%s prompt_chars=%d", preset,
-                    request.max_new_tokens, format_modes(modes), request.temperature,
-                    lookup.label if lookup else "model", len(request.prompt))
+                    request.max_new_tokens, format_modes(modes), request.temperature, request.draft.label,
+                    len(request.prompt))
         yield from page.steps(request, limits, _session(visitor))
     except SpecVizError as error:  # bad input, or a model pair that cannot load (cause and fix included)
         if isinstance(error, ModelLoadError):
@@ -304,10 +306,10 @@ WHAT_IF_NOTE_MODEL = (
     "passes can be off by the few calls where a confidence rule would have stopped there. Times are "
     "modeled from this run's per-pass costs; set the draft's cost below to see what the same passes "
     "would give with a cheaper draft.")
-WHAT_IF_NOTE_LOOKUP = (
+WHAT_IF_NOTE_TEXT = (  # a draft read from the text (drafts.DraftKind.from_text), by its name: "the lookup's"
     "Every other lookahead setting replayed on this run's answer, without running the models again: "
-    "the lookup's proposal at each position is a function of the prompt and the answer before it, so "
-    "the replay recomputes it there and every count is exact. The lookup makes no draft pass; times "
+    "the {name}'s proposal at each position is a function of the prompt and the answer before it, so "
+    "the replay recomputes it there and every count is exact. The {name} makes no draft pass; times "
     "are modeled from this run's per-pass costs (its proposals' own time, well under a millisecond, "
     "left out).")
 
@@ -358,7 +360,8 @@ def _what_if_view(comparison, eos) -> dict:
     """The what-if sweep's chart, table and note (a note alone when the run cannot be replayed)."""
     if can_replay(comparison):
         sweep_plot, sweep_table = what_if(comparison, eos)
-        note = WHAT_IF_NOTE_LOOKUP if comparison.lookup is not None else WHAT_IF_NOTE_MODEL
+        kind = comparison.draft.kind
+        note = WHAT_IF_NOTE_TEXT.format(name=kind.name) if kind.from_text else WHAT_IF_NOTE_MODEL
     else:
         sweep_plot, sweep_table = gr.Plot(None, visible=False), gr.Dataframe(visible=False)
         note = ("The what-if sweep replays a greedy run (temperature 0); this run was sampled"
@@ -497,7 +500,8 @@ def show_example(example):
         yield EXAMPLE_OUTPUTS.answer(**chosen, status=status_html("Example prompt ready: press Run.", "idle"))
         return
     made = comparison.provenance or {}
-    drafted_by = ", drafts by prompt lookup" if comparison.lookup is not None else ""
+    kind = comparison.draft.kind  # a draft that is no model: say what proposed the tokens
+    drafted_by = "" if kind.counts_passes else f", drafts by {kind.title}"
     message = (f"Precomputed example ({comparison.preset}{drafted_by}, {comparison.max_new_tokens} max new tokens, "
                f"{made.get('date', 'ahead')}, {made.get('machine', 'another machine')}"
                + (f"; {made['setup']}" if made.get("setup") else "") + "): no model ran; Run recomputes it.")

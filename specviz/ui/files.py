@@ -24,7 +24,7 @@ class Example:
     prompt: str
     comparison_path: Path | None = None  # a comparison computed ahead (scripts/make_examples.py)
     preset: str = BUILTIN_DEFAULT_PRESET  # the pair it was computed on, which Run then recomputes it on
-    draft: str = "model"  # "lookup": computed with the lookup draft (transformers' settings)
+    draft: str = "model"  # the draft it was computed with (decoding/drafts.py), at its defaults: "lookup"
 
 
 def load_examples(path: Path | str = EXAMPLES_PATH) -> list[Example]:

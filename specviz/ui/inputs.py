@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..decoding.lookup import LookupSettings
+from ..decoding.drafts import DEFAULT_DRAFT, DRAFTS, DraftSetting, DraftSpec, make_draft, read_draft
 from ..decoding.policies import POLICIES, ModeSpec, Setting, format_modes
 from ..errors import SpecVizError
 
@@ -118,13 +118,59 @@ def modes_string(*values: object) -> str:
     return format_modes(widget_modes(*values))
 
 
-def lookup_value(draft: object, ngram: object, tokens: object) -> LookupSettings | None:
-    """The lookup draft's settings when the draft chosen is "lookup"; None for the draft model."""
-    if draft in (None, "", "model"):
-        return None
-    if draft != "lookup":
-        raise SpecVizError(f'The draft must be "model" or "lookup", got {str(draft)[:40]!r}.')
-    return LookupSettings(max_ngram=_whole(ngram, "The lookup n-gram"), max_tokens=_whole(tokens, "Lookup tokens"))
+# ---- settings -> the draft -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftWidget:
+    """A box on the page for one setting of a draft (every setting the registry gives a page
+    label). Its id ("lookup-ngram") and its keyword ("lookup_ngram", as the API's parameter and
+    the command line's option `--lookup-ngram` are named) both come from the draft's name and the
+    setting's `short`."""
+
+    draft: str
+    setting: DraftSetting
+
+    @property
+    def elem_id(self) -> str:
+        return f"{self.draft}-{self.setting.short}"
+
+    @property
+    def keyword(self) -> str:
+        return f"{self.draft}_{self.setting.short}"
+
+
+# The page builds, and a Run reads, these boxes in this order: a new draft's settings appear on
+# the page from its registry entry alone (and the draft itself in the Draft menu).
+DRAFT_WIDGETS: tuple[DraftWidget, ...] = tuple(
+    DraftWidget(name, s) for name, kind in DRAFTS.items() for s in kind.settings if s.label)
+
+
+def draft_setting_value(value: object, setting: DraftSetting) -> int | float:
+    """A box's (or an API parameter's) value for a draft's setting: a number, whole if the
+    setting is; its bounds are the draft's own check (its message says them)."""
+    what = f"The {setting.label or setting.key}"  # "The lookup n-gram"
+    return _whole(value, what) if setting.whole else _number(value, what)
+
+
+def draft_value(draft: object, **given: object) -> DraftSpec:
+    """The draft a Run or an API call asks for, checked: `draft` names it ("lookup"; empty: the
+    pair's draft model) or gives its settings too ("lookup:3:16"); the settings it leaves out are
+    taken from `given` by keyword ("lookup_ngram": a box's or an API parameter's value), the
+    rest at their defaults. Only the chosen draft's settings are read."""
+    if draft is None or draft == "":
+        return DEFAULT_DRAFT
+    name, params = read_draft(str(draft))
+    for s in DRAFTS[name].settings:
+        keyword = f"{name}_{s.short}"
+        if s.key not in params and keyword in given:
+            params[s.key] = draft_setting_value(given[keyword], s)
+    return make_draft(name, **params)
+
+
+def widget_draft(draft: object, *values: object) -> DraftSpec:
+    """`draft_value` from the Draft menu and the draft settings boxes' values in DRAFT_WIDGETS order."""
+    return draft_value(draft, **{w.keyword: value for w, value in zip(DRAFT_WIDGETS, values)})
 
 
 def temperature_value(value: object, limit: float = 2.0) -> float:

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from .. import settings
-from ..decoding.lookup import MAX_NGRAM, MAX_TOKENS, LookupSettings
+from ..decoding.drafts import DEFAULT_DRAFT, DRAFTS
 from ..decoding.pipeline import Limits
 from ..decoding.policies import POLICIES
 from ..pair.models import load_state
@@ -42,7 +42,7 @@ from .events import (
 )
 from .export import SWEEP_HEADERS
 from .files import MAX_IMPORT_BYTES, Example, load_examples
-from .inputs import PAGE_WIDGETS, PageWidget, server_options
+from .inputs import DRAFT_WIDGETS, PAGE_WIDGETS, DraftWidget, PageWidget, server_options
 from .outputs import COMPARISON_OUTPUTS, EXAMPLE_OUTPUTS, STOP_OUTPUTS, VIEW_OUTPUTS
 from .presentation import TOGGLE_JS
 from .render import LEGEND_HTML, SUMMARY_HEADERS
@@ -90,7 +90,7 @@ def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits)
                                          label="Max new tokens", elem_id="max-new-tokens", scale=3, min_width=150)
                 # A menu, not radio buttons: two stacked choices would push the columns below the
                 # first screen at 1280x720.
-                p.draft = gr.Dropdown([("draft model", "model"), ("prompt lookup", "lookup")], value="model",
+                p.draft = gr.Dropdown([(kind.title, name) for name, kind in DRAFTS.items()], value=DEFAULT_DRAFT.name,
                                       label="Draft", elem_id="draft", scale=3, min_width=130)
             with gr.Row(elem_id="run-row"):
                 p.run_button = gr.Button("Run", variant="primary", elem_id="run", scale=2)
@@ -109,6 +109,14 @@ def _widget(widget: PageWidget) -> gr.Checkbox | gr.Number:
                          maximum=setting.high, elem_id=widget.elem_id)
     return gr.Number(setting.default, label=setting.label, minimum=setting.low, maximum=setting.high,
                      step=0.05 if setting.high == 1.0 else 0.1, elem_id=widget.elem_id)
+
+
+def _draft_widget(widget: DraftWidget) -> gr.Number:
+    """A box for one of a draft's settings: label, default, bounds and the line under it from the registry."""
+    setting, kind = widget.setting, DRAFTS[widget.draft]
+    whole = {"precision": 0} if setting.whole else {}
+    return gr.Number(setting.default, label=setting.label, **whole, minimum=setting.low, maximum=setting.high,
+                     elem_id=widget.elem_id, info=f"{kind.title}: {setting.info}")
 
 
 def _policy_widgets(p: SimpleNamespace) -> None:
@@ -132,13 +140,8 @@ def _settings(p: SimpleNamespace) -> None:
     with gr.Row(equal_height=True, elem_id="options-row"):
         with gr.Accordion("Policy settings, temperature and seed", open=False, elem_id="policy-settings"):
             _policy_widgets(p)
-            with gr.Row():
-                p.lookup_ngram = gr.Number(LookupSettings.max_ngram, label="lookup n-gram", precision=0, minimum=1,
-                                           maximum=MAX_NGRAM,
-                                           elem_id="lookup-ngram", info="prompt lookup: the longest n-gram matched")
-                p.lookup_tokens = gr.Number(LookupSettings.max_tokens, label="lookup tokens", precision=0, minimum=1,
-                                            maximum=MAX_TOKENS,
-                                            elem_id="lookup-tokens", info="prompt lookup: the most tokens copied")
+            with gr.Row():  # each draft's settings (the Draft menu above says which draft runs)
+                p.draft_widgets = [_draft_widget(w) for w in DRAFT_WIDGETS]
             with gr.Row():
                 p.temperature = gr.Number(0, label="Temperature (0 = greedy)", minimum=0, maximum=2, step=0.1,
                                           elem_id="temperature")
@@ -250,7 +253,7 @@ def _wire_comparisons(p: SimpleNamespace, examples: list[Example], limits: Limit
     """Run and Stop, an imported file and the example buttons: each puts a comparison on the page."""
     run_event = p.run_button.click(
         run,
-        inputs=[p.prompt, p.preset, p.max_tokens, p.temperature, p.seed, p.draft, p.lookup_ngram, p.lookup_tokens,
+        inputs=[p.prompt, p.preset, p.max_tokens, p.temperature, p.seed, p.draft, *p.draft_widgets,
                 *p.setting_widgets],
         outputs=p.view_all, show_progress="full", show_progress_on=[p.status],
         # Runs start at once and wait for the models in server_state.TURNS, which can tell a waiting
