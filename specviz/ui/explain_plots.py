@@ -226,6 +226,30 @@ def _pass_cost_title(passes, windows: list[int], medians: list[float | None]) ->
 # ---- how the cost-aware rule chose a round ---------------------------------------------------
 
 
+def _add_plan_and_bars(fig: go.Figure, rr: RuleRound, right: float) -> None:
+    """The round's plan (a diamond) and the two bars it is held to: plain decoding's rate for the
+    round, the run's rate for each further token."""
+    plan, plain_per_s = rr.plan, rr.plan.plain_rate * 1000
+    fig.add_trace(go.Scatter(x=[plan.window], y=[plan.rate * 1000], mode="markers",
+                             name="the round as planned (drafted only if above plain decoding)",
+                             marker={"color": ACCEPTED_COLOR if plan.drafts else OTHER_TIME_COLOR, "symbol": "diamond",
+                                     "size": 13},
+                             hovertemplate=(f"planned: {plan.window} tokens, {plan.tokens:.2f} expected in "
+                                            f"{plan.cost_ms:.0f} ms = %{{y:.1f}} tokens/s against plain decoding's "
+                                            f"{plain_per_s:.1f}<extra></extra>"),
+                             meta={"series": "plan"}))
+    fig.add_trace(go.Scatter(x=[-0.5, right], y=[rr.rate_per_s] * 2, mode="lines",
+                             name="the run's rate so far (the bar for each further token)",
+                             line={"color": BASELINE_LINE_COLOR, "dash": "dash"},
+                             hovertemplate=f"the run so far: {rr.rate_per_s:.1f} tokens/s<extra></extra>",
+                             meta={"series": "rate"}))
+    fig.add_trace(go.Scatter(x=[-0.5, right], y=[plain_per_s] * 2, mode="lines",
+                             name="plain decoding (the bar for the round)",
+                             line={"color": BASELINE_LINE_COLOR, "dash": "dot"},
+                             hovertemplate=f"plain decoding: {plain_per_s:.1f} tokens/s<extra></extra>",
+                             meta={"series": "plain"}))
+
+
 def rule_round_figure(rule_round: RuleRound, label: str = "cost-aware") -> go.Figure:
     """One round of the cost-aware rule: its plan (the round at its best window, drafted only if
     that beats plain decoding), bars for what each further draft token was expected to add per
@@ -250,27 +274,8 @@ def rule_round_figure(rule_round: RuleRound, label: str = "cost-aware") -> go.Fi
                              line={"color": VERIFY_TIME_COLOR, "width": 2},
                              hovertemplate="stop after %{x} tokens: %{y:.1f} tokens/s expected<extra></extra>",
                              meta={"series": "expected"}))
-    plan, plain_per_s = rr.plan, rr.plan.plain_rate * 1000
-    fig.add_trace(go.Scatter(x=[plan.window], y=[plan.rate * 1000], mode="markers",
-                             name="the round as planned (drafted only if above plain decoding)",
-                             marker={"color": ACCEPTED_COLOR if plan.drafts else OTHER_TIME_COLOR, "symbol": "diamond",
-                                     "size": 13},
-                             hovertemplate=(f"planned: {plan.window} tokens, {plan.tokens:.2f} expected in "
-                                            f"{plan.cost_ms:.0f} ms = %{{y:.1f}} tokens/s against plain decoding's "
-                                            f"{plain_per_s:.1f}<extra></extra>"),
-                             meta={"series": "plan"}))
-    top = max([*marginal, *expected, rr.rate_per_s, plan.rate * 1000, 1.0])
-    right = max([*windows, rr.lookahead, plan.window, 1]) + 0.5
-    fig.add_trace(go.Scatter(x=[-0.5, right], y=[rr.rate_per_s] * 2, mode="lines",
-                             name="the run's rate so far (the bar for each further token)",
-                             line={"color": BASELINE_LINE_COLOR, "dash": "dash"},
-                             hovertemplate=f"the run so far: {rr.rate_per_s:.1f} tokens/s<extra></extra>",
-                             meta={"series": "rate"}))
-    fig.add_trace(go.Scatter(x=[-0.5, right], y=[plain_per_s] * 2, mode="lines",
-                             name="plain decoding (the bar for the round)",
-                             line={"color": BASELINE_LINE_COLOR, "dash": "dot"},
-                             hovertemplate=f"plain decoding: {plain_per_s:.1f} tokens/s<extra></extra>",
-                             meta={"series": "plain"}))
+    top = max([*marginal, *expected, rr.rate_per_s, rr.plan.rate * 1000, 1.0])
+    _add_plan_and_bars(fig, rr, max([*windows, rr.lookahead, rr.plan.window, 1]) + 0.5)
     marks = [(rr.lookahead, f"drafted {rr.lookahead}", THRESHOLD_COLOR, "solid", "stop")]
     if rr.oracle_ideal is not None:
         marks.append((rr.oracle_ideal, f"oracle's ideal {rr.oracle_ideal}", ORACLE_LINE_COLOR, "dot", "ideal"))
