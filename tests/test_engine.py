@@ -328,7 +328,7 @@ def test_a_draft_that_is_not_row_exact_is_fed_one_token_per_call(tiny_pair):
 
 
 def test_a_long_backlog_is_read_in_calls_of_at_most_catch_up_rows(tiny_pair):
-    from specviz.pair.cpu import CATCH_UP_ROWS
+    from specviz.decoding.feeding import CATCH_UP_ROWS
 
     draft = _int8_row_draft(tiny_pair.target)
     prompt = [3, 1]

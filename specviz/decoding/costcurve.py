@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..pair.cpu import CATCH_UP_ROWS, timed_in_turns
+from ..pair.cpu import timed_in_turns
 from .drafters import CachedModel
+from .feeding import CATCH_UP_ROWS, Feeding
 from .policies import PassCosts
 from .trace import Baseline, Trace
 
@@ -171,7 +172,7 @@ class LivePassCosts:
             if passes > 0 and run.wall_s > run.prefill_s:
                 self.one_token.append((run.wall_s - run.prefill_s) * 1000 / passes / self.measured.verify_ms(1))
             return
-        fed = -1  # the last answer position the draft has read, as in CostAware.end_round
+        feeding = Feeding()  # how far the draft has read, as in CostAware.end_round
         for i, r in enumerate(run.rounds):
             if i > 0:
                 checked = r.lookahead + 1
@@ -184,10 +185,11 @@ class LivePassCosts:
             if r.lookahead and r.draft_passes:  # a lookup draft's rounds make no draft call
                 # What the round's draft calls cost at the measured prices: its catch-up (one call
                 # or one per token, drafters.ModelDrafter) and a call per further draft token.
-                expected = self.measured.catch_up(r.position - fed) + self.measured.draft_call_ms * (r.lookahead - 1)
+                expected = (self.measured.catch_up(feeding.backlog(r.position))
+                            + self.measured.draft_call_ms * (r.lookahead - 1))
                 if i > 0 and r.draft_s > r.draft_prefill_s:
                     self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / expected)
-                fed = r.position + min(r.accepted, r.lookahead - 1)
+                feeding.after_round(r.position, r.lookahead, r.accepted)
 
     def current(self) -> PassCosts:
         def scale(timed: deque[float]) -> float:

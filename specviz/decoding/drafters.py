@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from ..pair.cpu import CATCH_UP_ROWS
+from . import feeding
 from .lookup import Lookup, drafted
 from .policies import DraftStep, Policy
 
@@ -117,7 +117,7 @@ class ModelDrafter:
       than the drafted tokens (its last draft token was never read), after a round that drafted
       nothing two, after a stretch of plain rounds every token of it;
     - a draft whose rows are bitwise the same in a call of up to CATCH_UP_ROWS rows as alone
-      (`row_exact`, checked at load: cpu.rows_exact) reads them in one such call, which gives
+      (`row_exact`, checked at load: cpu.rows_exact) reads them in one such call (feeding.py), which gives
       exactly the logits one call per token would; any other draft reads them one per call.
       Calls before the last skip the output layer: only the cache needs them;
     - each draft token is then read in a call of its own.
@@ -182,16 +182,14 @@ class ModelDrafter:
     def start(self, sequence: list[int]) -> torch.Tensor:
         """The logits for the token after `sequence` (the prompt and the answer so far)."""
         self.keep_prefix(sequence[:-1])
-        if not self.tokens and len(self.prompt_ids) > 1:
+        if not self.tokens and feeding.prefill_calls(len(self.prompt_ids)):
             started = time.perf_counter()
             self.read(self.prompt_ids[:-1])
             self.prefill_s += time.perf_counter() - started
-        missing = sequence[len(self.tokens):]
-        per_call = CATCH_UP_ROWS if self.row_exact else 1
-        while len(missing) > per_call:
-            self.read(missing[:per_call])
-            missing = missing[per_call:]
-        return self.read(missing, logits=True)
+        *catch_up, last = feeding.calls(sequence[len(self.tokens):], feeding.rows_per_call(self.row_exact))
+        for tokens in catch_up:
+            self.read(tokens)
+        return self.read(last, logits=True)
 
     def next(self, token: int) -> torch.Tensor:
         """The logits after the draft's own `token`, read on top of what the cache holds."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecVizError
+from .feeding import Feeding, full_calls
 
 MAX_LOOKAHEAD = 64  # more draft tokens per round than this is never useful and only burns memory
 
@@ -260,10 +261,10 @@ class PassCosts:
 
     def catch_up(self, tokens: int) -> float:
         """The draft reading `tokens` committed tokens at a round's start (the last of them gives
-        the first draft token's logits), in calls of at most len(catch_up_ms) tokens."""
+        the first draft token's logits), in calls of at most len(catch_up_ms) tokens (feeding.py)."""
         if not self.catch_up_ms:
             return tokens * self.draft_call_ms
-        whole, rest = divmod(tokens, len(self.catch_up_ms))
+        whole, rest = full_calls(tokens, len(self.catch_up_ms))
         return whole * self.catch_up_ms[-1] + (self.catch_up_ms[rest - 1] if rest else 0.0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -407,12 +408,21 @@ class CostAware(Policy):
         self.accepted_in_bin = [0] * self.BINS
         self.judged_in_bin = [0] * self.BINS
         self.tokens, self.time_ms = 0.0, 0.0  # the run so far, priced
-        self.fed = -1  # the last answer position the draft has read (drafters.ModelDrafter), -1: none
+        self.feeding = Feeding()  # how far the draft has read along the answer (feeding.py)
         self.position = 0
         self.plain_rounds = 0  # rounds in a row that drafted nothing
         self.alive = 1.0  # P(every token drafted so far this round is accepted)
         self.plans: list[RoundPlan] = []  # per round, its start test (ui's round chart)
         self.decisions: list[list[Decision]] = []  # per round, every choice after its first token
+
+    @property
+    def fed(self) -> int:
+        """The last answer position the draft has read (drafters.ModelDrafter), -1: none."""
+        return self.feeding.fed
+
+    @fed.setter
+    def fed(self, position: int) -> None:
+        self.feeding.fed = position
 
     # ---- the numbers the rule weighs ----
 
@@ -445,7 +455,7 @@ class CostAware(Policy):
         round leaves, the debt beyond it set aside (see the class's docstring)."""
         if not self.prices.catch_up_ms:
             return self.prices.draft_call_ms
-        return self.prices.catch_up(max(1, min(position - self.fed, STEADY_BACKLOG)))
+        return self.prices.catch_up(max(1, min(self.feeding.backlog(position), STEADY_BACKLOG)))
 
     def plan(self, position: int) -> RoundPlan:
         """The round as the rule would draft it, stopped at its best window, or window 0 where no
@@ -490,12 +500,12 @@ class CostAware(Policy):
             self.judged_in_bin[b] += 1
             self.accepted_in_bin[b] += i < accepted
         if drafted:  # the backlog since the draft last read (its first call gives the first token), then a call per token
-            self.time_ms += self.prices.catch_up(self.position - self.fed) + self.prices.draft_call_ms * (drafted - 1)
+            self.time_ms += (self.prices.catch_up(self.feeding.backlog(self.position))
+                             + self.prices.draft_call_ms * (drafted - 1))
         self.time_ms += self.prices.verify_ms(drafted + 1)
         self.tokens += accepted + 1
         self.plain_rounds = 0 if drafted else self.plain_rounds + 1
-        if drafted:
-            self.fed = self.position + min(accepted, drafted - 1)
+        self.feeding.after_round(self.position, drafted, accepted)
 
     @property
     def params(self) -> dict[str, Any]:

@@ -87,10 +87,6 @@ ROW_SIZES = (16, 32)
 SETUPS = ("fp32", "fp32-packed", "fp32-window", "bf16", "bf16-fast", "kquant")
 DRAFT_SETUPS = ("fp32", "bf16", "int4", "kquant")
 INT4_GROUP = 32  # weights per scale and offset in the draft's int4 layers
-# The most committed tokens a row-exact draft reads in one catch-up call (drafters.ModelDrafter): what
-# every row-exact draft set-up promises (ROW_SIZES's largest, the bundled int8 draft's row-by-row
-# products).
-CATCH_UP_ROWS = 32
 # fp32-window: products over 2 to this many rows are computed weight-first (verification windows);
 # more rows (a prompt's prefill) and one row keep torch's usual product.
 WINDOW_ROWS = 32

@@ -21,8 +21,8 @@ import torch
 
 from ..errors import SpecVizError
 from . import cpu, gpu, weights
-from .cpu import CATCH_UP_ROWS
 from .presets import DEFAULT_PRESET, Preset, get_preset
+from .rows import CATCH_UP_ROWS
 
 
 @dataclass(eq=False)  # a loaded pair is itself: decoding keeps what it measured of it by identity

@@ -30,11 +30,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..decoding.feeding import Feeding, catch_up_calls, prefill_calls, rows_per_call
 from ..decoding.lookup import drafted
 from ..decoding.oracle import TextProposer
 from ..decoding.policies import DraftStep, Dynamic, Policy, Static
 from ..decoding.trace import Comparison, DraftAlongReference
-from ..pair.cpu import CATCH_UP_ROWS
 from .costs import StudyPassCosts
 
 THRESHOLDS = [round(0.05 * i, 2) for i in range(1, 20)]  # 0.05 .. 0.95
@@ -93,9 +93,9 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
     seen = seen or Observations({}, {})
     end = len(reference)
     position = target_passes = draft_passes = 0
-    # The draft's cache, as drafters.ModelDrafter fills it: it holds the answer up to position `fed`
-    # (-1: the prompt but its last token), and the prompt is read in one call at its first start.
-    fed, prefill_calls = -1, 1 if prompt_tokens > 1 else 0
+    # The draft's cache, as drafters.ModelDrafter fills it (decoding/feeding.py): the prompt is read
+    # in one call at its first start, then each round's backlog in calls of up to `per_call` tokens.
+    feeding, prefill, per_call = Feeding(), prefill_calls(prompt_tokens), rows_per_call(row_exact)
     while position < end:
         budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
         observed = seen.round_starts.get(position, [])
@@ -127,10 +127,9 @@ def replay_passes(policy: Policy, reference: list[int], along: DraftAlongReferen
         target_passes += 1
         if drafted:
             # catch up to the round's start (one token per call, or in one call), then a call per draft token but the last
-            backlog = position - fed
-            catch_up = -(-backlog // CATCH_UP_ROWS) if row_exact else backlog
-            draft_passes += prefill_calls + catch_up + (drafted - 1)
-            prefill_calls, fed = 0, position + min(accepted, drafted - 1)
+            draft_passes += prefill + catch_up_calls(feeding.backlog(position), per_call) + (drafted - 1)
+            prefill = 0
+        feeding.after_round(position, drafted, accepted)
         position += accepted + 1
     return target_passes, draft_passes
 

@@ -50,7 +50,7 @@ class FirstToken(CostAware):
     def start_round(self, position: int) -> int:
         self.position, self.alive = position, 1.0
         self.decisions.append([])
-        backlog = self.prices.catch_up(position - self.fed) if self.prices.catch_up_ms else self.prices.draft_call_ms
+        backlog = self.prices.catch_up(self.feeding.backlog(position)) if self.prices.catch_up_ms else self.prices.draft_call_ms
         cost = backlog + self.prices.verify_ms(2) - self.prices.verify_ms(1)
         first = Decision(1, self.first_acceptance(), cost, self.rate())
         self.decisions[-1].append(first)
@@ -131,7 +131,7 @@ class GuardBudget(WindowPlanner):
         pays = self.best_ahead(0, 1.0, self.streak()) > 0
         if pays and self.prefill_paid:
             return self.max_tokens
-        catch_up = max(0, position - self.fed - 1) * self.prices.draft_call_ms
+        catch_up = max(0, self.feeding.backlog(position) - 1) * self.prices.draft_call_ms
         probe = ((0.0 if self.prefill_paid else self.prefill_ms) + catch_up + 2 * self.prices.draft_call_ms
                  + self.prices.verify_ms(3) - self.prices.verify_ms(1))
         still_learning = self.streak_judged < 8
