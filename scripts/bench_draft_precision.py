@@ -25,10 +25,10 @@ import torch
 
 from specviz.decoding.pipeline import compare, make_request
 from specviz.decoding.trace import Comparison
+from specviz.explain.costs import StudyPassCosts
 from specviz.pair.models import bf16_draft, get_pair, warm_up
 from specviz.pair.presets import REAL_PAIR_PRESET
 from specviz.study.bench import _bench_limits, peak_rss_mb, read_suite
-from specviz.study.costs import StudyPassCosts
 from specviz.study.runner import DEFAULT_SUITES
 
 MODES = "static:5,heuristic:5,dynamic:0.4,oracle"

@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from specviz.decoding.engine import generate
 from specviz.decoding.pipeline import compare, make_request, prompt_ids_for
 from specviz.decoding.policies import Dynamic, Static
+from specviz.explain.sweep import replay
 from specviz.pair.models import get_pair
 from specviz.pair.presets import DEFAULT_PRESET
-from specviz.study.sweep import replay
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome, ignoring case and spaces."
 

@@ -19,10 +19,10 @@ from .decoding.pipeline import Limits, compare, make_request
 from .decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
 from .decoding.trace import Comparison
 from .errors import SpecVizError
+from .explain.sweep import can_replay, sweep
 from .pair.models import ModelLoadError, get_pair
 from .pair.presets import DEFAULT_PRESET, PRESETS, REAL_PAIR_PRESET, get_preset
 from .pair.weights import REAL_PAIR_REQUIREMENTS, set_up_pair
-from .study.sweep import can_replay, sweep
 from .ui.export import SWEEP_HEADERS, sweep_rows, write_all
 from .ui.render import SUMMARY_HEADERS, summary_rows
 

@@ -6,7 +6,7 @@ import pytest
 from test_plots import make_comparison, make_trace
 
 from specviz.decoding.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
-from specviz.study.analysis import (
+from specviz.explain.analysis import (
     Judged,
     auc,
     calibration_bins,
@@ -19,7 +19,7 @@ from specviz.study.analysis import (
     split_at,
     work_split,
 )
-from specviz.study.sweep import sweep
+from specviz.explain.sweep import sweep
 from specviz.ui.explain_plots import calibration_figure, explain_figures, pass_cost_figure, position_figure, work_figure
 from specviz.ui.export import charts
 

@@ -1,4 +1,4 @@
-"""The one cost model (study.costs) on hand-made runs: the prompt's prefill priced once per prompt,
+"""The one cost model (explain.costs) on hand-made runs: the prompt's prefill priced once per prompt,
 apart from the per-token passes, and older runs priced as before."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from specviz.decoding.trace import Baseline, Comparison, Round, Trace
-from specviz.study.costs import PolicyRun, StudyPassCosts, TargetOnlyRun, draft_prefill_calls
+from specviz.explain.costs import PolicyRun, StudyPassCosts, TargetOnlyRun, draft_prefill_calls
 
 PROMPT_TOKENS = 8
 

@@ -164,7 +164,7 @@ def test_a_comparison_file_keeps_its_draft_as_before():
 
 
 def test_comparison_files_written_before_the_registry_load_with_their_draft():
-    from specviz.study.sweep import can_replay
+    from specviz.explain.sweep import can_replay
 
     editing = Comparison.from_json((ROOT / "assets" / "examples" / "editing-lookup.json").read_text(encoding="utf-8"))
     assert editing.draft == DraftSpec.of("lookup") and editing.prompt_ids and can_replay(editing)
@@ -253,7 +253,7 @@ def test_a_draft_added_to_the_registry_runs_is_replayed_and_filed(tiny_pair, mon
     from specviz.decoding.engine import generate, target_only
     from specviz.decoding.oracle import finish
     from specviz.decoding.policies import Dynamic, Heuristic, Static
-    from specviz.study.sweep import can_replay, replayed_passes
+    from specviz.explain.sweep import can_replay, replayed_passes
 
     monkeypatch.setitem(DRAFTS, "repeat", REPEAT)
     spec = parse_draft("repeat:4")

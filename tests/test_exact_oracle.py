@@ -17,9 +17,9 @@ import pytest
 
 from specviz.decoding.pipeline import compare, make_request
 from specviz.decoding.policies import make_policy, parse_modes
+from specviz.explain.sweep import replay
 from specviz.study.bench import read_suite
 from specviz.study.runner import DEFAULT_SUITES
-from specviz.study.sweep import replay
 
 pytestmark = pytest.mark.slow
 

@@ -285,8 +285,8 @@ def test_the_what_if_replays_a_lookup_run_exactly(tiny_pair, prompt):
     """A lookup's proposal is a function of the text: the replay, recomputing it from the prompt
     and the answer, gives every policy's real target passes and plain passes, for every policy."""
     from specviz.decoding.trace import Comparison
-    from specviz.study.costs import plain_passes
-    from specviz.study.sweep import can_replay, replayed_passes, sweep
+    from specviz.explain.costs import plain_passes
+    from specviz.explain.sweep import can_replay, replayed_passes, sweep
 
     for settings in (DEFAULT, LookupSettings(max_ngram=1, max_tokens=4)):
         baseline = target_only(tiny_pair, prompt, 50)

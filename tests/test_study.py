@@ -10,9 +10,10 @@ import pytest
 
 from specviz.cli import main
 from specviz.decoding.policies import CostAware, Dynamic, PassCosts
+from specviz.explain.hindsight import best_dynamic
+from specviz.explain.sweep import replay
 from specviz.study import runner as study
-from specviz.study.costs import StudyPassCosts
-from specviz.study.hindsight import best_dynamic
+from specviz.study.records import pooled_costs
 from specviz.study.report import (
     ModeResult,
     PromptResult,
@@ -27,7 +28,6 @@ from specviz.study.report import (
     suite_figures,
 )
 from specviz.study.runner import ResultStore
-from specviz.study.sweep import replay
 
 # ---- pure functions ----------------------------------------------------------------------
 
@@ -72,14 +72,14 @@ def test_the_jump_rule(lookaheads, jumps):
 def test_older_records_are_priced_with_pooled_per_pass_costs():
     r = make_result("p", "s", "a", 0, static=[(5, 2)] * 4, t_draft=0.01, t_verify=0.1)
     assert not r.prefill_timed_apart  # made as records were before the prefill was timed: None there
-    costs = StudyPassCosts.from_records([r])
+    costs = pooled_costs([r])
     assert not costs.prefill_apart
     assert costs.draft_call_s == pytest.approx(0.01) and costs.verify_s == pytest.approx(0.1)
     assert costs.target_token_s == pytest.approx(0.05)  # make_result: 0.05 s per target-only token
     assert costs.draft_to_token_pass == pytest.approx(0.2)
     assert modeled_time(costs, r, r.mode("static")) == pytest.approx(4 * 0.1 + 20 * 0.01)
     assert costs.target_only_modeled_time(40) == pytest.approx(40 * 0.05)
-    assert StudyPassCosts.from_records([]).draft_to_token_pass is None
+    assert pooled_costs([]).draft_to_token_pass is None
 
 
 def long_prefill_records(timed: bool) -> list[PromptResult]:
@@ -91,8 +91,8 @@ def long_prefill_records(timed: bool) -> list[PromptResult]:
 
 
 def test_a_long_prefill_does_not_inflate_the_per_call_costs():
-    apart = StudyPassCosts.from_records(long_prefill_records(True))
-    pooled = StudyPassCosts.from_records(long_prefill_records(False))
+    apart = pooled_costs(long_prefill_records(True))
+    pooled = pooled_costs(long_prefill_records(False))
     assert apart.prefill_apart and not pooled.prefill_apart
     # make_mode's per-pass costs, whatever the prompt's length
     assert apart.draft_call_s == pytest.approx(0.01) and apart.verify_s == pytest.approx(0.06)
@@ -119,7 +119,7 @@ def test_prompt_wins_counts_strict_wins_and_ties():
     rows = [make_result("p", "s", "a", 0, dynamic=[(3, 2)] * 5, heuristic=[(5, 2)] * 5),  # dynamic: fewer drafts
             make_result("p", "s", "b", 1, dynamic=[(5, 2)] * 5, heuristic=[(5, 2)] * 5),  # tie
             make_result("p", "s", "c", 2, dynamic=[(5, 2)] * 6, heuristic=[(5, 2)] * 5)]
-    wins = prompt_wins(rows, "dynamic", "heuristic", StudyPassCosts.from_records(rows))
+    wins = prompt_wins(rows, "dynamic", "heuristic", pooled_costs(rows))
     assert (wins.first, wins.second, wins.ties) == (1, 1, 1)
 
 
@@ -304,7 +304,7 @@ def test_study_runs_the_modes_it_is_given_and_says_what_ran(tmp_path, restore_th
 
     # each prompt's whole comparison is kept beside its record: the what-if replay reproduces the
     # cost-aware rule and dynamic 0.4 on it, pass for pass
-    costs = StudyPassCosts.from_records(records)
+    costs = pooled_costs(records)
     for record in records:
         saved = study.load_comparison(study.comparison_path(out, record.preset, record.suite, record.prompt_id, 16))
         traces = {t.policy: t for t in saved.comparison.traces}

@@ -6,9 +6,9 @@ from specviz.decoding.engine import generate, target_only
 from specviz.decoding.oracle import draft_along, finish
 from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassCosts, Static
 from specviz.decoding.trace import Baseline, Comparison, DraftAlongReference, Round, Trace
-from specviz.study.analysis import rule_rounds
-from specviz.study.costs import StudyPassCosts
-from specviz.study.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
+from specviz.explain.analysis import rule_rounds
+from specviz.explain.costs import StudyPassCosts
+from specviz.explain.sweep import STATIC_KS, THRESHOLDS, observations, replay, replay_passes, sweep
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 MAX_NEW = 60

@@ -508,7 +508,7 @@ def _cost_aware_trace() -> Trace:
 
 
 def test_the_cost_aware_round_chart_and_its_stop_reason():
-    from specviz.study.analysis import rule_rounds
+    from specviz.explain.analysis import rule_rounds
     from specviz.ui.explain_plots import rule_round_figure
 
     assert rule_rounds(None) == [] and rule_rounds(_trace("dynamic")) == []  # a run without the rule: no chart

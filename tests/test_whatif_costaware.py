@@ -7,8 +7,8 @@ is the cost model's, so the variants' modeled times compare with the reports'. N
 from __future__ import annotations
 
 from specviz.decoding.policies import CostAware
+from specviz.explain.costs import plain_passes
 from specviz.study import variants as whatif
-from specviz.study.costs import plain_passes
 from specviz.study.folders import parse_run
 
 BUNDLED = {"smollm2-135m-int8", "smollm2-135m-bf16"}

@@ -1,2 +1,3 @@
-"""Measure and explain runs: the what-if replay, calibration and work split, benchmarks against
-transformers, and the study's claims over whole prompt suites. Uses `specviz.pair` and `specviz.decoding` only."""
+"""The study harness: benchmarks against transformers, the pass-cost curves, and the study's claims
+over whole prompt suites (runner, report). Uses `specviz.pair`, `specviz.decoding` and
+`specviz.explain` (the what-if and the cost model) only."""

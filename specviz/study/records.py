@@ -1,13 +1,16 @@
 """The study's records: one prompt's figures on one preset, as stored in results.jsonl (one JSON
-object a line). Below everything that reads them (the cost model, the report), so that those
-import one way. Pure: no torch.
+object a line), and the cost model pooled over them (`pooled_costs`). Below everything in the
+study that reads them (the report, the runner), so that those import one way. Pure: no torch.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from ..explain.costs import PolicyRun, StudyPassCosts, TargetOnlyRun, draft_prefill_calls, plain_passes
 
 
 @dataclass
@@ -86,3 +89,13 @@ class PromptResult:
     def from_dict(cls, data: dict[str, Any]) -> PromptResult:
         modes = [ModeResult(**{**m, "rounds": [RoundRecord(**r) for r in m["rounds"]]}) for m in data["modes"]]
         return cls(**{**data, "modes": modes})
+
+
+def pooled_costs(results: Sequence[PromptResult]) -> StudyPassCosts:
+    """The cost model pooled over study records (a suite's prompts, every policy), for the report."""
+    target_only = [TargetOnlyRun(r.target_only_wall_s, r.new_tokens, r.target_only_prefill_s) for r in results]
+    policies = [PolicyRun(m.target_passes, m.verify_s, m.first_verify_s, m.draft_passes, m.draft_s,
+                          m.draft_prefill_s, draft_prefill_calls(r.prompt_tokens, m.draft_passes),
+                          plain_passes([rd.lookahead for rd in m.rounds]))
+                for r in results for m in r.modes]
+    return StudyPassCosts.pooled(target_only, policies)

@@ -18,12 +18,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..explain.analysis import Judged, auc, judged_among, split_at
+from ..explain.costs import StudyPassCosts, plain_passes
+from ..explain.hindsight import Hindsight, SavedRun, best_dynamic
+from ..explain.sweep import can_replay
 from ..pair.presets import PRESETS
-from .analysis import Judged, auc, judged_among, split_at
-from .costs import StudyPassCosts, plain_passes
-from .hindsight import Hindsight, SavedRun, best_dynamic
-from .records import ModeResult, PromptResult, RoundRecord
-from .sweep import can_replay
+from .records import ModeResult, PromptResult, RoundRecord, pooled_costs
 
 STUDY_MODES = "static:5,heuristic:5,dynamic:0.4,oracle"
 THRESHOLD = 0.4  # dynamic's confidence threshold, where the calibration is split
@@ -167,7 +167,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def modeled_time(costs: StudyPassCosts, result: PromptResult, mode: ModeResult) -> float:
-    """One policy's modeled time on one prompt (RULES; study.costs)."""
+    """One policy's modeled time on one prompt (RULES; explain.costs)."""
     return costs.modeled_time(mode.target_passes, mode.draft_passes, result.prompt_tokens,
                               plain_passes([rd.lookahead for rd in mode.rounds]))
 
@@ -294,7 +294,7 @@ class SuiteFigures:
 
 def suite_figures(preset: str, suite: str, results: Sequence[PromptResult]) -> SuiteFigures:
     results = sorted(results, key=lambda r: r.index)
-    costs = StudyPassCosts.from_records(results)
+    costs = pooled_costs(results)
     totals = {p: t for p in ("static", "heuristic", "dynamic", "costaware", "oracle")
               if (t := policy_totals(results, p, costs)) is not None}
     new_tokens = sum(r.new_tokens for r in results)
@@ -738,7 +738,7 @@ def write_csv(path: Path, records: Sequence[PromptResult]) -> None:
     """One row per prompt and mode (target-only included); modeled speedups use the suite's costs."""
     costs: dict[tuple[str, str, int], StudyPassCosts] = {}
     for key in {(r.preset, r.suite, r.max_new_tokens) for r in records}:
-        costs[key] = StudyPassCosts.from_records([r for r in records if (r.preset, r.suite, r.max_new_tokens) == key
+        costs[key] = pooled_costs([r for r in records if (r.preset, r.suite, r.max_new_tokens) == key
                                              and not r.partial])
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)

@@ -34,8 +34,8 @@ from ..decoding.drafts import DEFAULT_DRAFT, DraftSpec, pair_setup
 from ..decoding.policies import ModeSpec, parse_modes
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
+from ..explain.hindsight import SavedRun
 from ..pair import cpu
-from .hindsight import SavedRun
 from .records import ModeResult, PromptResult, RoundRecord
 from .report import (
     PAIR_DRAFT_MARK,

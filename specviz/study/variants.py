@@ -1,9 +1,9 @@
 """Variants of the cost-aware rule, tried by the what-if replay on the study's kept comparisons.
 
-No models run: every variant is replayed (study.sweep) over the comparisons the studies saved
+No models run: every variant is replayed (explain.sweep) over the comparisons the studies saved
 (results/study/<run>/comparisons of the runs results/index.json lists under "costaware-variants":
 the bundled pairs' and the real pair's cost-aware runs of 2026-12-02, 03 and 06), with the prices each
-run's cost-aware rule was given and each suite's pooled per-pass costs (study.costs), so a
+run's cost-aware rule was given and each suite's pooled per-pass costs (explain.costs), so a
 variant's figures compare with the reports' section 5.
 Prints, per study, pair and suite: the variant's modeled speedup over target-only, dynamic 0.4's
 (replayed), the slowest prompt (the 5% guard of issue 29) and on how many prompts the variant's
@@ -28,11 +28,11 @@ from pathlib import Path
 from ..decoding.policies import CostAware, Decision, DraftStep, Dynamic, PassCosts, Policy
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
-from .costs import StudyPassCosts
+from ..explain.costs import StudyPassCosts
+from ..explain.sweep import Observations, observations, replay_passes
 from .folders import STUDY_RESULTS, indexed
-from .records import PromptResult
+from .records import PromptResult, pooled_costs
 from .runner import ResultStore, saved_runs
-from .sweep import Observations, observations, replay_passes
 
 INDEX_KEY = "costaware-variants"  # the runs replayed, by name in results/index.json
 GUARD = 0.95  # issue 29: never more than 5% slower than target-only on a prompt
@@ -203,7 +203,7 @@ VARIANTS: dict[str, tuple[str, Make]] = {
 
 class PlainCounter(Policy):
     """Passes a policy through, counting its rounds after the first that drafted nothing: the cost
-    model prices those verification passes as one-token passes (study.costs)."""
+    model prices those verification passes as one-token passes (explain.costs)."""
 
     def __init__(self, inner: Policy):
         self.inner, self.rounds, self.plain = inner, 0, 0
@@ -260,7 +260,7 @@ def load(runs: Path = STUDY_RESULTS) -> list[Suite]:
                 prompts.append(Prompt(r, run.comparison, run.eos_ids, PassCosts.from_dict(p),
                                       (rule.target_passes, rule.draft_passes), observations(run.comparison)))
             if prompts:
-                suites.append(Suite(study, preset, suite, StudyPassCosts.from_records(group), prompts))
+                suites.append(Suite(study, preset, suite, pooled_costs(group), prompts))
     return suites
 
 

@@ -22,11 +22,11 @@ from ..decoding.pipeline import Limits, compare_preset, make_request
 from ..decoding.policies import format_modes
 from ..decoding.trace import Trace
 from ..errors import SpecVizError
+from ..explain.analysis import measured_draft_cost_ratio, rule_rounds
+from ..explain.sweep import can_replay, sweep
 from ..pair import gpu
 from ..pair.models import LoadState, ModelLoadError, get_pair, load_state
 from ..pair.presets import DEFAULT_PRESET
-from ..study.analysis import measured_draft_cost_ratio, rule_rounds
-from ..study.sweep import can_replay, sweep
 from .columns import (
     ALL_COLUMNS,
     EXTRA_COLUMNS,

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..decoding.trace import Comparison
-from ..study.analysis import (
+from ..explain.analysis import (
     RuleRound,
     auc,
     calibration_bins,

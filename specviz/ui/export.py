@@ -11,7 +11,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from ..decoding.trace import Comparison
-from ..study.sweep import Sweep, can_replay, sweep
+from ..explain.sweep import Sweep, can_replay, sweep
 from .explain_plots import explain_figures
 from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_figure
 

@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 
 from ..colors import policy_color
 from ..decoding.trace import Comparison, Round, Trace
-from ..study.analysis import RoundVerdict, trace_verdicts, verdict_counts
-from ..study.sweep import ReplayedPasses, Sweep, modeled_speedup
+from ..explain.analysis import RoundVerdict, trace_verdicts, verdict_counts
+from ..explain.sweep import ReplayedPasses, Sweep, modeled_speedup
 
 ORACLE_LINE_COLOR = "#555555"
 BASELINE_LINE_COLOR = "#777777"

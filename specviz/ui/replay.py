@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from ..decoding.trace import Round, Trace
 from ..errors import SpecVizError
-from ..study.analysis import rule_rounds
+from ..explain.analysis import rule_rounds
 from .render import PENDING_LOOK
 
 # ---- round-by-round replay -----------------------------------------------------------------

@@ -21,7 +21,7 @@ and the answer before it, so the replay recomputes it there with the kind's prop
 (`replay_text_passes`), and everything it counts is exact. It makes no draft pass; a round it
 drafted nothing in is a plain pass, priced as one.
 
-Time is modeled from the per-pass costs measured in the real run (study.costs: the prompt's
+Time is modeled from the per-pass costs measured in the real run (explain.costs: the prompt's
 prefill priced once per prompt, apart from the per-token passes).
 """
 

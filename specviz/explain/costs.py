@@ -29,8 +29,8 @@ timed apart (study records with None there, comparison files with Baseline.prefi
 back to that pooled model: `prefill_apart` is False and the prefill passes cost what any other
 pass of their kind costs, which gives the earlier figures exactly.
 
-Used by the what-if (study.sweep: one run) and the study's report (study.report: pooled over a
-suite). Pure: no torch.
+Used by the what-if (explain.sweep: one run) and the study's report (study.report: pooled over a
+suite, from its records by study.records.pooled_costs). Pure: no torch.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ..decoding.feeding import prefill_calls
+
 if TYPE_CHECKING:
     from ..decoding.trace import Comparison, Trace
-    from .records import PromptResult
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,8 @@ def plain_passes(lookaheads: Sequence[int]) -> int:
 
 def draft_prefill_calls(prompt_tokens: int, draft_passes: int) -> int:
     """The draft reads the prompt (but its last token) in one call before its first proposal, and
-    only when the prompt has more than one token (drafters.ModelDrafter)."""
-    return 1 if prompt_tokens > 1 and draft_passes > 0 else 0
+    only when the prompt has more than one token (drafters.ModelDrafter, decoding/feeding.py)."""
+    return prefill_calls(prompt_tokens) if draft_passes > 0 else 0
 
 
 def _policy_run(trace: Trace, prompt_tokens: int, prefill_timed: bool) -> PolicyRun:
@@ -162,16 +163,6 @@ class StudyPassCosts:
         apart = b is not None and b.prefill_s > 0
         target_only = [] if b is None else [TargetOnlyRun(b.wall_s, len(b.token_ids), b.prefill_s if apart else None)]
         policies = [_policy_run(t, comparison.prompt_tokens, apart) for t in comparison.traces]
-        return cls.pooled(target_only, policies)
-
-    @classmethod
-    def from_records(cls, results: Sequence[PromptResult]) -> StudyPassCosts:
-        """Pooled over study records (a suite's prompts, every policy), for the report."""
-        target_only = [TargetOnlyRun(r.target_only_wall_s, r.new_tokens, r.target_only_prefill_s) for r in results]
-        policies = [PolicyRun(m.target_passes, m.verify_s, m.first_verify_s, m.draft_passes, m.draft_s,
-                              m.draft_prefill_s, draft_prefill_calls(r.prompt_tokens, m.draft_passes),
-                              plain_passes([rd.lookahead for rd in m.rounds]))
-                    for r in results for m in r.modes]
         return cls.pooled(target_only, policies)
 
     # ---- modeled times ----
