@@ -46,6 +46,8 @@ def test_the_rule_sees_every_kind_of_import():
     ui = PACKAGE / "ui" / "events.py"
     assert imported_stages(ui) >= {"pair", "decoding", "explain", "ui"}
     assert imported_stages(PACKAGE / "ui" / "api.py") >= {"decoding"}  # `from ..decoding import pipeline`
+    # from a package within a stage: `from ...explain.costs import X` and `from ..records import X` in study/report/
+    assert imported_stages(PACKAGE / "study" / "report" / "figures.py") >= {"explain", "study"}
 
 
 def sibling_imports(path: Path) -> set[str]:

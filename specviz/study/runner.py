@@ -5,7 +5,7 @@ Every prompt of every suite goes through target-only decoding, static 5, heurist
 dynamic 0.4 and the oracle (`pipeline.compare`), one prompt at a time. Each finished prompt is
 appended to `results.jsonl` as one record, so a run that is interrupted resumes with the prompts
 not yet done (a record is keyed by preset, suite, prompt id and max new tokens). The report,
-STUDY.md, is computed from those records alone by report.py, and can be regenerated
+STUDY.md, is computed from those records alone by report/ (the package), and can be regenerated
 with `--report-only` without loading any model. With `--ray`, Ray workers compute the prompts
 side by side and this process records them the same way (cluster.py).
 """
@@ -328,7 +328,7 @@ def write_report(out: Path, report: Path, store: ResultStore, selection: Selecti
 
 def page_of_record_text(outs: Sequence[Path], report: Path, selection: Selection, report_command: str) -> str:
     """The page of record (docs/STUDY.md) from several result folders, to be written at `report`:
-    per preset, the latest complete run's verdicts, the others linked (report.page_of_record)."""
+    per preset, the latest complete run's verdicts, the others linked (report.write.page_of_record)."""
     runs = []
     for out in outs:
         records = [r for r in ResultStore(out / "results.jsonl").records.values() if selection.covers(r)]
