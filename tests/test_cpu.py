@@ -163,7 +163,28 @@ def test_the_draft_is_bf16_where_the_cpu_has_native_bf16():
     assert setups.choose_draft({}, WITH_BF16).setup == "bf16"
     assert setups.choose_draft({}, WITHOUT_BF16).setup == "fp32"
     assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32"}, WITH_BF16).setup == "fp32"
-    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "nonsense"}, WITH_BF16).setup == "bf16"  # unknown means auto
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "auto"}, WITH_BF16).setup == "bf16"  # auto: the draft's turns
+
+
+def test_a_set_up_not_in_the_registry_is_a_one_line_error_naming_those_that_are(monkeypatch):
+    """SPECVIZ_TARGET_SETUP=foo once meant auto, silently: now it is refused where the setting is read."""
+    from specviz.errors import SpecVizError
+
+    for env in (cpu.TARGET_SETUP_ENV, cpu.DRAFT_SETUP_ENV):
+        monkeypatch.setenv(env, "foo")
+        with pytest.raises(SpecVizError) as caught:
+            setups.asked(env)
+        message = str(caught.value)
+        assert "\n" not in message and f"{env}='foo'" in message
+        assert "auto" in message and all(name in message for name in setups.SETUPS)
+        monkeypatch.setenv(env, " Auto ")
+        assert setups.asked(env) == "auto"
+        monkeypatch.delenv(env)
+        assert setups.asked(env) == "auto"  # unset
+    with pytest.raises(SpecVizError, match="is not a CPU set-up"):
+        setups.choose_draft({cpu.DRAFT_SETUP_ENV: "nonsense"}, WITH_BF16)  # no longer auto
+    with pytest.raises(SpecVizError, match="is not a CPU set-up"):
+        setups.choose_fp32_target(None, {cpu.TARGET_SETUP_ENV: "fp16"})  # the bundled pairs' too (no model needed)
 
 
 def test_bf16_needs_amx_or_avx512_bf16_in_the_flags():

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from ... import settings
+from ...errors import SpecVizError
 from .. import cpu, kquant
 from ..cpu import AUTO, DRAFT, DRAFT_SETUP_ENV, ROW_SIZES, TARGET, TARGET_SETUP_ENV, Choice, CpuSetup, Machine
 from .bf16 import BF16, BF16_CAST, BF16_FAST
@@ -56,9 +57,12 @@ def names(role: str) -> list[str]:
 
 def asked(env: str, environ: Mapping[str, str] | None = None) -> str:
     """The set-up a setting (SPECVIZ_TARGET_SETUP or SPECVIZ_DRAFT_SETUP) asks for: a name in SETUPS,
-    or auto (unset or anything else)."""
-    value = settings.read(env, environ).lower()
-    return value if value in SETUPS else AUTO
+    or auto where it is unset or says so. Anything else is a one-line SpecVizError naming them."""
+    value = settings.read(env, environ).lower() or AUTO
+    if value != AUTO and value not in SETUPS:
+        raise SpecVizError(f"{env}={value!r} is not a CPU set-up: set it to auto, one of the target's "
+                           f"({', '.join(names(TARGET))}) or one of the draft's ({', '.join(names(DRAFT))}).")
+    return value
 
 
 def choose_target(model: torch.nn.Module, environ: Mapping[str, str] | None = None, found: Machine | None = None,
