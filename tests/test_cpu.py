@@ -187,6 +187,35 @@ def test_a_set_up_not_in_the_registry_is_a_one_line_error_naming_those_that_are(
         setups.choose_fp32_target(None, {cpu.TARGET_SETUP_ENV: "fp16"})  # the bundled pairs' too (no model needed)
 
 
+def test_the_registry_is_the_one_list_of_set_ups(monkeypatch):
+    """Every set-up in SETUPS is accepted by the settings and by pass-costs' --setups (a target's alone,
+    a draft's after a slash), describes itself in one line, and has that line in docs/SETUP.md's
+    table of set-ups; each model's turns are its own set-ups, fp32 last."""
+    from pathlib import Path
+
+    from specviz.study.passcosts import _setups
+
+    setup_md = (Path(__file__).resolve().parents[1] / "docs" / "SETUP.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(): line for line in setup_md.splitlines() if line.startswith("| `")}
+    for name, setup in setups.SETUPS.items():
+        assert setup.name == name and setup.models and setup.models <= {cpu.TARGET, cpu.DRAFT}
+        line = setup.describe()
+        assert line.startswith(f"{name} (") and "\n" not in line and setup.summary in line
+        row = rows[f"`{name}`"]
+        assert setup.summary in row and all(model in row for model in setup.models), name
+        for env in (cpu.TARGET_SETUP_ENV, cpu.DRAFT_SETUP_ENV):
+            monkeypatch.setenv(env, name.upper())
+            assert setups.asked(env) == name
+        if cpu.TARGET in setup.models:
+            assert _setups(name, "qwen2.5-coder-1.5b") == [name]
+        if cpu.DRAFT in setup.models:
+            assert _setups(f"fp32/{name}", "qwen2.5-coder-1.5b") == [f"fp32/{name}"]
+    assert setups.names(cpu.TARGET) == ["fp32", "fp32-packed", "fp32-window", "bf16", "bf16-fast", "kquant"]
+    assert setups.names(cpu.DRAFT) == ["fp32", "bf16", "bf16-cast", "int4", "kquant"]
+    for role, turns in ((cpu.TARGET, setups.TARGET_TURNS), (cpu.DRAFT, setups.DRAFT_TURNS)):
+        assert all(role in setups.SETUPS[name].models for name in turns) and turns[-1] == "fp32"
+
+
 def test_bf16_needs_amx_or_avx512_bf16_in_the_flags():
     assert not cpu._has_native_bf16(frozenset({"avx2", "avx512f", "fma"}))
     assert cpu.machine().name  # named next to every figure
