@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.pair import cpu, kquant
+from specviz.pair.setups.kquant_codes import kquant_kernel
 
 ROWS = (1, 2, 4, 8, 16)
 Product = Callable[[torch.Tensor], torch.Tensor]
@@ -56,7 +57,7 @@ def ways(weight: torch.Tensor) -> dict[str, Product]:
                 x.to(torch.bfloat16), bf16_packed, None, "none", [], "")
         except RuntimeError:
             pass
-    library, _ = cpu.kquant_kernel(cpu.machine(), Path(tempfile.gettempdir()) / "specviz-kernels")
+    library, _ = kquant_kernel(cpu.machine(), Path(tempfile.gettempdir()) / "specviz-kernels")
     if library is not None:  # SpecViz's K-quant kernel on random codes of this shape (timing only)
         rows, cols = weight.shape
         for kind in (kquant.Q4_K, kquant.Q6_K):

@@ -22,8 +22,8 @@ VARIABLES: dict[str, str] = {
     "SPECVIZ_DEFAULT_PRESET": "pair/presets.py default_preset",
     "SPECVIZ_PRELOAD": "ui/server_state.py preloading",
     "SPECVIZ_CACHE": "pair/weights.py cache_root",
-    "SPECVIZ_TARGET_SETUP": "pair/cpu.py choose_target",
-    "SPECVIZ_DRAFT_SETUP": "pair/cpu.py choose_draft",
+    "SPECVIZ_TARGET_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
+    "SPECVIZ_DRAFT_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
 }
 
 

@@ -1,4 +1,4 @@
-"""The target's and draft's set-up for the CPU (pair/cpu.py) on tiny models built here: the choice per
+"""The target's and draft's set-up for the CPU (pair/cpu.py, pair/setups/) on tiny models built here: the choice per
 capability, row-exact attention, the bf16 set-up lossless and close to fp32, and the cost curve."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from specviz.decoding.costcurve import TIMED_ENOUGH, LivePassCosts, PassCostCurv
 from specviz.decoding.engine import decode_target_only, generate, target_only
 from specviz.decoding.policies import Dynamic, Heuristic, PassCosts, Static
 from specviz.decoding.trace import Baseline, Round, Trace
-from specviz.pair import cpu
+from specviz.pair import cpu, setups
 from specviz.pair.models import build_pair
+from specviz.pair.setups import bf16, fp32, int4, packing
 
 needs_bf16 = pytest.mark.skipif(not cpu.machine().native_bf16, reason="this CPU has no native bf16")
 
@@ -65,59 +66,65 @@ def accepted_losslessly(pair, same_answer_as=None) -> int:
 
 def test_the_target_is_bf16_only_where_the_cpu_has_native_bf16_and_it_is_row_exact(monkeypatch):
     model = tiny_llama(0)
-    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: (16,))
+    monkeypatch.setattr(packing, "exact_row_sizes", lambda m, dtype=torch.bfloat16: (16,))
     # timings on a tiny model, which a busy machine can tip either way: the next tests cover them
-    monkeypatch.setattr(cpu, "window_products_pay", lambda m: False)
-    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: False)
-    assert cpu.choose_target(model, {}, WITH_BF16) == cpu.Choice("bf16", "native bf16, row-exact", (16,))
-    assert cpu.choose_target(model, {}, WITHOUT_BF16).setup == "fp32"
-    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16"}, WITHOUT_BF16).why == "no native bf16 on this CPU"
-    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: " FP32 "}, WITH_BF16).why == f"{cpu.TARGET_SETUP_ENV}=fp32"
-    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16-fast"}, WITH_BF16).sizes is None
-    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: None)
-    choice = cpu.choose_target(model, {}, WITH_BF16)
+    monkeypatch.setattr(fp32, "window_products_pay", lambda m: False)
+    monkeypatch.setattr(packing, "fp32_packing_pays", lambda m: False)
+    assert setups.choose_target(model, {}, WITH_BF16) == cpu.Choice("bf16", "native bf16, row-exact", (16,))
+    assert setups.choose_target(model, {}, WITHOUT_BF16).setup == "fp32"
+    assert setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16"}, WITHOUT_BF16).why == "no native bf16 on this CPU"
+    forced = setups.choose_target(model, {cpu.TARGET_SETUP_ENV: " FP32 "}, WITH_BF16)
+    assert forced.why == f"{cpu.TARGET_SETUP_ENV}=fp32"
+    assert setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16-fast"}, WITH_BF16).sizes is None
+    monkeypatch.setattr(packing, "exact_row_sizes", lambda m, dtype=torch.bfloat16: None)
+    choice = setups.choose_target(model, {}, WITH_BF16)
     assert (choice.setup, choice.why) == ("fp32", "bf16 was not row-exact on this CPU")
 
 
 def test_without_native_bf16_the_target_computes_windows_weight_first_where_that_measures_faster(monkeypatch):
     model = tiny_llama(0)
-    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: False)  # the next test covers it
-    monkeypatch.setattr(cpu, "window_products_pay", lambda m: True)
-    assert cpu.choose_target(model, {}, WITHOUT_BF16).setup == "fp32-window"
-    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITHOUT_BF16).setup == "fp32"  # forced
-    monkeypatch.setattr(cpu, "window_products_pay", lambda m: False)
-    assert cpu.choose_target(model, {}, WITHOUT_BF16) == cpu.Choice("fp32", "no native bf16 on this CPU")
-    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32-window"}, WITH_BF16).setup == "fp32-window"
-    assert isinstance(cpu.window_products_pay(wide_llama(0)), bool)  # the measurement itself runs
+    monkeypatch.setattr(packing, "fp32_packing_pays", lambda m: False)  # the next test covers it
+    monkeypatch.setattr(fp32, "window_products_pay", lambda m: True)
+    assert setups.choose_target(model, {}, WITHOUT_BF16).setup == "fp32-window"
+    assert setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITHOUT_BF16).setup == "fp32"  # forced
+    monkeypatch.setattr(fp32, "window_products_pay", lambda m: False)
+    assert setups.choose_target(model, {}, WITHOUT_BF16) == cpu.Choice("fp32", "no native bf16 on this CPU")
+    assert setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32-window"}, WITH_BF16).setup == "fp32-window"
+    assert isinstance(fp32.window_products_pay(wide_llama(0)), bool)  # the measurement itself runs
 
 
 def test_without_native_bf16_the_target_is_fp32_packed_where_that_is_row_exact_and_faster(monkeypatch):
     """Also the bundled pairs' fp32 target (`choose_fp32_target`), on any CPU."""
     model = tiny_llama(0)
-    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: True)
-    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: () if dtype == torch.float32 else None)
-    assert cpu.choose_target(model, {}, WITHOUT_BF16) == cpu.Choice(
+    monkeypatch.setattr(packing, "fp32_packing_pays", lambda m: True)
+    monkeypatch.setattr(packing, "exact_row_sizes",
+                        lambda m, dtype=torch.bfloat16: () if dtype == torch.float32 else None)
+    assert setups.choose_target(model, {}, WITHOUT_BF16) == cpu.Choice(
         "fp32-packed", "no native bf16 on this CPU; packed fp32 row-exact, measured faster", ())
-    assert cpu.choose_fp32_target(model, {}) == cpu.Choice("fp32-packed", "packed fp32 row-exact, measured faster", ())
-    assert cpu.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}).setup == "fp32"  # forced
-    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}, WITH_BF16).setup == "fp32-packed"
-    monkeypatch.setattr(cpu, "fp32_packing_pays", lambda m: False)
-    assert cpu.choose_fp32_target(model, {}).setup == "fp32"
-    assert cpu.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}).setup == "fp32-packed"  # forced
-    monkeypatch.setattr(cpu, "exact_row_sizes", lambda m, dtype=torch.bfloat16: None)
-    assert cpu.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}).setup == "fp32"  # never inexact
-    assert isinstance(cpu.fp32_packing_pays(wide_llama(0)), bool)  # the measurement itself runs
+    # bf16 asked for where the CPU lacks it: the same set-up, which says why bf16 was not taken
+    assert setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "bf16"}, WITHOUT_BF16) == cpu.Choice(
+        "fp32-packed", "no native bf16 on this CPU; packed fp32 row-exact, measured faster", ())
+    assert setups.choose_fp32_target(model, {}) == cpu.Choice(
+        "fp32-packed", "packed fp32 row-exact, measured faster", ())
+    assert setups.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}).setup == "fp32"  # forced
+    assert setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}, WITH_BF16).setup == "fp32-packed"
+    monkeypatch.setattr(packing, "fp32_packing_pays", lambda m: False)
+    assert setups.choose_fp32_target(model, {}).setup == "fp32"
+    assert setups.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}).setup == "fp32-packed"  # forced
+    monkeypatch.setattr(packing, "exact_row_sizes", lambda m, dtype=torch.bfloat16: None)
+    assert setups.choose_fp32_target(model, {cpu.TARGET_SETUP_ENV: "fp32-packed"}).setup == "fp32"  # never inexact
+    assert isinstance(packing.fp32_packing_pays(wide_llama(0)), bool)  # the measurement itself runs
 
 
 def test_the_fp32_packed_set_up_is_row_exact_where_chosen_and_computes_what_fp32_computes():
     model = wide_llama(0)
     ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(2)).tolist()
     expected = [logits(model, ids[:n]) for n in (1, 8, 40)]
-    sizes = cpu.exact_row_sizes(model, torch.float32)
+    sizes = packing.exact_row_sizes(model, torch.float32)
     if sizes is None:
         pytest.skip("oneDNN's packed fp32 product is not row-exact on this CPU: the set-up is never chosen here")
-    assert "oneDNN-packed" in cpu.prepare_target(model, "fp32-packed", sizes)
-    assert isinstance(model.lm_head, cpu.PackedLinear) and model.lm_head.dtype == torch.float32
+    assert "oneDNN-packed" in setups.prepare_target(model, "fp32-packed", sizes)
+    assert isinstance(model.lm_head, packing.PackedLinear) and model.lm_head.dtype == torch.float32
     for n, want in zip((1, 8, 40), expected):
         assert torch.allclose(logits(model, ids[:n]), want, atol=1e-4), n
     assert cpu.rows_exact(model, window=8) and cpu.rows_exact(model, window=20)
@@ -126,37 +133,87 @@ def test_the_fp32_packed_set_up_is_row_exact_where_chosen_and_computes_what_fp32
 def test_greedy_speculation_is_lossless_on_the_fp32_packed_set_up_over_many_prompts():
     target = wide_llama(3)
     draft = noisy_copy(target, 0.3, seed=4)
-    sizes = cpu.exact_row_sizes(target, torch.float32)
+    sizes = packing.exact_row_sizes(target, torch.float32)
     if sizes is None:
         pytest.skip("oneDNN's packed fp32 product is not row-exact on this CPU: the set-up is never chosen here")
-    cpu.prepare_target(target, "fp32-packed", sizes)
+    setups.prepare_target(target, "fp32-packed", sizes)
     pair = build_pair("tiny-fp32-packed", target, draft, tokenizer=None, device=torch.device("cpu"))
     assert accepted_losslessly(pair) > 0
 
 
 def test_without_native_bf16_the_draft_is_cast_to_bf16_where_one_row_measures_faster(monkeypatch):
     draft = tiny_llama(1)
-    monkeypatch.setattr(cpu, "int4_one_row_pays", lambda model, native_bf16: False)  # its own test below
-    monkeypatch.setattr(cpu, "bf16_one_row_pays", lambda m: True)
-    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup == "bf16-cast"
-    assert cpu.choose_draft({}, WITHOUT_BF16).setup == "fp32"  # nothing to measure on
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32-window"}, WITHOUT_BF16, draft).setup == "fp32"
-    monkeypatch.setattr(cpu, "bf16_one_row_pays", lambda m: False)
-    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup == "fp32"
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "bf16"}, WITHOUT_BF16, draft).setup == "bf16-cast"
+    monkeypatch.setattr(int4, "int4_one_row_pays", lambda model, native_bf16: False)  # its own test below
+    monkeypatch.setattr(bf16, "bf16_one_row_pays", lambda m: True)
+    assert setups.choose_draft({}, WITHOUT_BF16, draft).setup == "bf16-cast"
+    assert setups.choose_draft({}, WITHOUT_BF16).setup == "fp32"  # nothing to measure on
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32-window"}, WITHOUT_BF16, draft).setup == "fp32"
+    monkeypatch.setattr(bf16, "bf16_one_row_pays", lambda m: False)
+    assert setups.choose_draft({}, WITHOUT_BF16, draft).setup == "fp32"
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "bf16"}, WITHOUT_BF16, draft).setup == "bf16-cast"
     ids = torch.randint(0, 8, (12,), generator=torch.Generator().manual_seed(0)).tolist()
     expected = logits(draft, ids)
-    assert cpu.prepare_draft(draft, "bf16-cast").startswith("draft bf16")
-    assert next(draft.parameters()).dtype == torch.bfloat16 and isinstance(draft.lm_head, cpu.CastLinear)
+    assert setups.prepare_draft(draft, "bf16-cast").startswith("draft bf16")
+    assert next(draft.parameters()).dtype == torch.bfloat16 and isinstance(draft.lm_head, bf16.CastLinear)
     assert torch.allclose(logits(draft, ids), expected, atol=0.1)  # a prefill (12 rows): fp32 products
     assert torch.allclose(logits(draft, ids[:1]), expected[:1], atol=0.1)  # one row: bf16
 
 
 def test_the_draft_is_bf16_where_the_cpu_has_native_bf16():
-    assert cpu.choose_draft({}, WITH_BF16).setup == "bf16"
-    assert cpu.choose_draft({}, WITHOUT_BF16).setup == "fp32"
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32"}, WITH_BF16).setup == "fp32"
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "nonsense"}, WITH_BF16).setup == "bf16"  # unknown means auto
+    assert setups.choose_draft({}, WITH_BF16).setup == "bf16"
+    assert setups.choose_draft({}, WITHOUT_BF16).setup == "fp32"
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32"}, WITH_BF16).setup == "fp32"
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "auto"}, WITH_BF16).setup == "bf16"  # auto: the draft's turns
+
+
+def test_a_set_up_not_in_the_registry_is_a_one_line_error_naming_those_that_are(monkeypatch):
+    """SPECVIZ_TARGET_SETUP=foo once meant auto, silently: now it is refused where the setting is read."""
+    from specviz.errors import SpecVizError
+
+    for env in (cpu.TARGET_SETUP_ENV, cpu.DRAFT_SETUP_ENV):
+        monkeypatch.setenv(env, "foo")
+        with pytest.raises(SpecVizError) as caught:
+            setups.asked(env)
+        message = str(caught.value)
+        assert "\n" not in message and f"{env}='foo'" in message
+        assert "auto" in message and all(name in message for name in setups.SETUPS)
+        monkeypatch.setenv(env, " Auto ")
+        assert setups.asked(env) == "auto"
+        monkeypatch.delenv(env)
+        assert setups.asked(env) == "auto"  # unset
+    with pytest.raises(SpecVizError, match="is not a CPU set-up"):
+        setups.choose_draft({cpu.DRAFT_SETUP_ENV: "nonsense"}, WITH_BF16)  # no longer auto
+    with pytest.raises(SpecVizError, match="is not a CPU set-up"):
+        setups.choose_fp32_target(None, {cpu.TARGET_SETUP_ENV: "fp16"})  # the bundled pairs' too (no model needed)
+
+
+def test_the_registry_is_the_one_list_of_set_ups(monkeypatch):
+    """Every set-up in SETUPS is accepted by the settings and by pass-costs' --setups (a target's alone,
+    a draft's after a slash), describes itself in one line, and has that line in docs/SETUP.md's
+    table of set-ups; each model's turns are its own set-ups, fp32 last."""
+    from pathlib import Path
+
+    from specviz.study.passcosts import _setups
+
+    setup_md = (Path(__file__).resolve().parents[1] / "docs" / "SETUP.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(): line for line in setup_md.splitlines() if line.startswith("| `")}
+    for name, setup in setups.SETUPS.items():
+        assert setup.name == name and setup.models and setup.models <= {cpu.TARGET, cpu.DRAFT}
+        line = setup.describe()
+        assert line.startswith(f"{name} (") and "\n" not in line and setup.summary in line
+        row = rows[f"`{name}`"]
+        assert setup.summary in row and all(model in row for model in setup.models), name
+        for env in (cpu.TARGET_SETUP_ENV, cpu.DRAFT_SETUP_ENV):
+            monkeypatch.setenv(env, name.upper())
+            assert setups.asked(env) == name
+        if cpu.TARGET in setup.models:
+            assert _setups(name, "qwen2.5-coder-1.5b") == [name]
+        if cpu.DRAFT in setup.models:
+            assert _setups(f"fp32/{name}", "qwen2.5-coder-1.5b") == [f"fp32/{name}"]
+    assert setups.names(cpu.TARGET) == ["fp32", "fp32-packed", "fp32-window", "bf16", "bf16-fast", "kquant"]
+    assert setups.names(cpu.DRAFT) == ["fp32", "bf16", "bf16-cast", "int4", "kquant"]
+    for role, turns in ((cpu.TARGET, setups.TARGET_TURNS), (cpu.DRAFT, setups.DRAFT_TURNS)):
+        assert all(role in setups.SETUPS[name].models for name in turns) and turns[-1] == "fp32"
 
 
 def test_bf16_needs_amx_or_avx512_bf16_in_the_flags():
@@ -179,17 +236,17 @@ def test_row_attention_computes_what_sdpa_computes():
 @needs_bf16
 def test_the_bf16_set_up_gives_a_row_the_same_bits_in_any_window():
     model = wide_llama(0)
-    cpu.prepare_target(model, "bf16")
+    setups.prepare_target(model, "bf16")
     for context, window in [(5, 2), (40, 8), (100, 20)]:
         assert cpu.rows_exact(model, context=context, window=window), (context, window)
-    assert cpu.exact_row_sizes(wide_llama(1)) == cpu.ROW_SIZES  # the probe: one layer of the same widths
+    assert packing.exact_row_sizes(wide_llama(1)) == cpu.ROW_SIZES  # the probe: one layer of the same widths
 
 
 @needs_bf16
 def test_a_packed_product_runs_on_a_fixed_row_count_whatever_comes():
     """A row's result does not depend on how many rows came with it: 1, 16, 17 or 40 (blocks)."""
     torch.manual_seed(0)
-    packed = cpu.PackedLinear(torch.nn.Linear(96, 80))
+    packed = packing.PackedLinear(torch.nn.Linear(96, 80))
     x = torch.randn(40, 96).to(torch.bfloat16)
     alone = torch.cat([packed(x[i:i + 1]) for i in range(40)])
     for count in (2, 16, 17, 32, 40):
@@ -202,8 +259,8 @@ def test_the_bf16_set_up_stays_close_to_fp32():
     model = wide_llama(0)
     ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(2)).tolist()
     expected = logits(model, ids)
-    assert "target bf16" in cpu.prepare_target(model, "bf16")
-    assert all(isinstance(m, cpu.PackedLinear) for m in [model.lm_head, model.model.layers[0].mlp.up_proj])
+    assert "target bf16" in setups.prepare_target(model, "bf16")
+    assert all(isinstance(m, packing.PackedLinear) for m in [model.lm_head, model.model.layers[0].mlp.up_proj])
     assert torch.allclose(logits(model, ids), expected, atol=0.15, rtol=0.02)
 
 
@@ -211,8 +268,8 @@ def test_the_bf16_set_up_stays_close_to_fp32():
 def test_greedy_speculation_is_lossless_on_the_bf16_set_up_over_many_prompts():
     target = wide_llama(3)
     draft = noisy_copy(target, 0.3, seed=4)
-    cpu.prepare_target(target, "bf16")
-    cpu.prepare_draft(draft, "bf16")
+    setups.prepare_target(target, "bf16")
+    setups.prepare_draft(draft, "bf16")
     pair = build_pair("tiny-bf16", target, draft, tokenizer=None, device=torch.device("cpu"))
     assert pair.vocab_size == 64
     assert accepted_losslessly(pair) > 0  # the draft was right often enough for windows to be checked
@@ -223,15 +280,15 @@ def test_window_products_compute_what_fp32_computes_on_the_same_weights():
     ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(2)).tolist()
     expected = [logits(model, ids[:n]) for n in (1, 8, 40)]  # one row, a window, a prefill past WINDOW_ROWS
     weight = model.model.layers[0].mlp.up_proj.weight
-    assert "weight-first" in cpu.prepare_target(model, "fp32-window")
+    assert "weight-first" in setups.prepare_target(model, "fp32-window")
     layer = model.model.layers[0].mlp.up_proj
-    assert isinstance(layer, cpu.WindowLinear) and layer.weight is weight  # no copy of the weights
-    assert isinstance(model.lm_head, cpu.WindowLinear)
+    assert isinstance(layer, fp32.WindowLinear) and layer.weight is weight  # no copy of the weights
+    assert isinstance(model.lm_head, fp32.WindowLinear)
     for n, want in zip((1, 8, 40), expected):
         assert torch.allclose(logits(model, ids[:n]), want, atol=1e-5), n
     with_bias = torch.nn.Linear(12, 7)
     x = torch.randn(3, 5, 12)
-    assert torch.allclose(cpu.WindowLinear(with_bias)(x), with_bias(x), atol=1e-6)
+    assert torch.allclose(fp32.WindowLinear(with_bias)(x), with_bias(x), atol=1e-6)
 
 
 def test_greedy_speculation_gives_todays_tokens_on_the_window_set_up_over_many_prompts():
@@ -240,7 +297,7 @@ def test_greedy_speculation_gives_todays_tokens_on_the_window_set_up_over_many_p
     draft = noisy_copy(target, 0.3, seed=4)
     plain = build_pair("tiny-fp32", copy.deepcopy(target), copy.deepcopy(draft), tokenizer=None,
                        device=torch.device("cpu"))
-    cpu.prepare_target(target, "fp32-window")
+    setups.prepare_target(target, "fp32-window")
     windowed = build_pair("tiny-window", target, draft, tokenizer=None, device=torch.device("cpu"))
     assert accepted_losslessly(windowed, same_answer_as=plain) > 0
 
@@ -251,25 +308,25 @@ def test_greedy_speculation_gives_todays_tokens_on_the_window_set_up_over_many_p
 def test_an_int4_layer_computes_nearly_what_the_layer_computes():
     torch.manual_seed(0)
     linear = torch.nn.Linear(128, 48)
-    assert cpu.Int4Linear.fits(linear)
-    assert not cpu.Int4Linear.fits(torch.nn.Linear(100, 48)) and not cpu.Int4Linear.fits(torch.nn.Linear(128, 40))
+    assert int4.Int4Linear.fits(linear)
+    assert not int4.Int4Linear.fits(torch.nn.Linear(100, 48)) and not int4.Int4Linear.fits(torch.nn.Linear(128, 40))
     x = torch.randn(5, 128)
-    exact, quantized = linear(x), cpu.Int4Linear(linear)(x)
+    exact, quantized = linear(x), int4.Int4Linear(linear)(x)
     assert quantized.dtype == torch.bfloat16 and quantized.shape == (5, 48)
     assert (quantized.float() - exact).norm() < 0.1 * exact.norm()  # 16 levels a group of 32
 
 
 def test_the_draft_is_int4_where_a_one_row_int4_product_measures_faster(monkeypatch):
     draft = wide_llama(1)
-    assert cpu.int4_one_row_pays(draft, cpu.machine().native_bf16) in (True, False)  # it times, here
-    monkeypatch.setattr(cpu, "int4_one_row_pays", lambda model, native_bf16: True)
-    assert cpu.choose_draft({}, WITH_BF16, draft).setup == "int4"
-    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup == "int4"
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "bf16"}, WITH_BF16, draft).setup == "bf16"  # forced
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32"}, WITH_BF16, draft).setup == "fp32"
-    monkeypatch.setattr(cpu, "int4_one_row_pays", lambda model, native_bf16: False)
-    assert cpu.choose_draft({}, WITH_BF16, draft).setup == "bf16"
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITHOUT_BF16, draft).setup == "int4"
+    assert int4.int4_one_row_pays(draft, cpu.machine().native_bf16) in (True, False)  # it times, here
+    monkeypatch.setattr(int4, "int4_one_row_pays", lambda model, native_bf16: True)
+    assert setups.choose_draft({}, WITH_BF16, draft).setup == "int4"
+    assert setups.choose_draft({}, WITHOUT_BF16, draft).setup == "int4"
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "bf16"}, WITH_BF16, draft).setup == "bf16"  # forced
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "fp32"}, WITH_BF16, draft).setup == "fp32"
+    monkeypatch.setattr(int4, "int4_one_row_pays", lambda model, native_bf16: False)
+    assert setups.choose_draft({}, WITH_BF16, draft).setup == "bf16"
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITHOUT_BF16, draft).setup == "int4"
 
 
 def test_an_int4_draft_guesses_nearly_as_the_fp32_one_and_speculation_stays_lossless():
@@ -278,9 +335,9 @@ def test_an_int4_draft_guesses_nearly_as_the_fp32_one_and_speculation_stays_loss
     draft = noisy_copy(target, 0.3, seed=4)
     ids = torch.randint(0, 64, (48,), generator=torch.Generator().manual_seed(9)).tolist()
     before = logits(draft, ids).argmax(-1)
-    assert cpu.prepare_draft(draft, "int4").startswith("draft int4")
-    assert isinstance(draft.lm_head, cpu.Int4Linear) and isinstance(draft.model.layers[0].mlp.down_proj,
-                                                                     cpu.Int4Linear)
+    assert setups.prepare_draft(draft, "int4").startswith("draft int4")
+    assert isinstance(draft.lm_head, int4.Int4Linear) and isinstance(draft.model.layers[0].mlp.down_proj,
+                                                                     int4.Int4Linear)
     assert (logits(draft, ids).argmax(-1) == before).float().mean() >= 0.8
     pair = build_pair("tiny-int4", target, draft, tokenizer=None, device=torch.device("cpu"))
     assert accepted_losslessly(pair) > 0
@@ -288,7 +345,7 @@ def test_an_int4_draft_guesses_nearly_as_the_fp32_one_and_speculation_stays_loss
 
 def test_int4_leaves_layers_it_does_not_fit_in_bf16():
     draft = tiny_llama(1)  # 16 wide: no whole group of 32
-    cpu.prepare_draft(draft, "int4")
+    setups.prepare_draft(draft, "int4")
     assert isinstance(draft.lm_head, torch.nn.Linear) and draft.lm_head.weight.dtype == torch.bfloat16
 
 
@@ -305,8 +362,8 @@ def test_pass_costs_measures_a_target_and_a_draft_set_up_each_its_own():
 def test_fp32_leaves_the_model_as_it_is():
     model = tiny_llama(0)
     before = copy.deepcopy(model.state_dict())
-    assert cpu.prepare_target(model, "fp32") == "target fp32 (torch's kernels)"
-    assert cpu.prepare_draft(model, "fp32") == "draft fp32"
+    assert setups.prepare_target(model, "fp32") == "target fp32 (torch's kernels)"
+    assert setups.prepare_draft(model, "fp32") == "draft fp32"
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
@@ -346,8 +403,8 @@ def test_the_set_up_checks_time_both_sides_in_the_same_turns(monkeypatch):
 
     monkeypatch.setattr(cpu, "timed_in_turns", recorded)
     model = wide_llama(0)
-    for check in (cpu.window_products_pay, cpu.fp32_packing_pays, cpu.bf16_one_row_pays,
-                  lambda m: cpu.int4_one_row_pays(m, native_bf16=False)):
+    for check in (fp32.window_products_pay, packing.fp32_packing_pays, bf16.bf16_one_row_pays,
+                  lambda m: int4.int4_one_row_pays(m, native_bf16=False)):
         assert isinstance(check(model), bool)
     expected = [{"usual", "weight first"}, {"usual one", "usual window", "packed one", "packed window"},
                 {"fp32", "bf16"}]

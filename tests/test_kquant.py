@@ -13,8 +13,9 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter, quants
 from test_cpu import WITHOUT_BF16, accepted_losslessly
 
-from specviz.pair import cpu, kquant
+from specviz.pair import cpu, kquant, setups
 from specviz.pair.models import build_pair
+from specviz.pair.setups import kquant_codes
 
 KINDS = {kquant.Q4_K: GGMLQuantizationType.Q4_K, kquant.Q6_K: GGMLQuantizationType.Q6_K}
 WITH_VNNI = cpu.Machine("a CPU with VNNI", True, frozenset({"avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}))
@@ -166,14 +167,14 @@ def random_packing(model, seed: int) -> dict[str, kquant.Packed]:
 def test_a_target_on_k_quant_codes_is_row_exact_and_lossless(kernel):
     target, draft = kquant_llama(0), kquant_llama(0)
     packed = random_packing(target, 0)
-    assert "Q4_K/Q6_K" in cpu.prepare_target(target, "kquant", packed=packed, kernel=kernel)
+    assert "Q4_K/Q6_K" in setups.prepare_target(target, "kquant", packed=packed, kernel=kernel)
     # the embeddings are looked up from their codes: the same values, without a float32 table
     embeddings = target.model.embed_tokens
     assert isinstance(embeddings, kquant.KQuantEmbedding)
     ids = torch.tensor([[3, 17, 63], [0, 3, 40]])
     assert torch.equal(embeddings(ids), torch.nn.functional.embedding(ids, packed["model.embed_tokens"].weights()))
     draft_packing = random_packing(draft, 0)  # the same codes: a draft that agrees, then jitter it
-    cpu.to_kquant(draft, draft_packing, kernel)
+    kquant_codes.to_kquant(draft, draft_packing, kernel)
     with torch.no_grad():
         draft.model.norm.weight.mul_(1 + 0.05 * torch.randn_like(draft.model.norm.weight))
     assert cpu.rows_exact(target)
@@ -187,7 +188,7 @@ def test_layers_reading_one_input_run_as_one_call_with_the_same_bits(kernel):
     packed["model.layers.1.self_attn.v_proj"] = kquant.pack(  # a Q6_K v beside Q4_K q and k, as in a Q4_K_M file
         kquant.Q6_K, kquant.random_blocks(kquant.Q6_K, 128, 256, np.random.default_rng(3)), 128, 256)
     apart = {name: kquant.KQuantLinear(layer, None, kernel) for name, layer in packed.items() if name != "model.embed_tokens"}
-    cpu.to_kquant(target, kquant.with_shared_inputs_joined(packed), kernel)
+    kquant_codes.to_kquant(target, kquant.with_shared_inputs_joined(packed), kernel)
     layers = target.model.layers
     assert isinstance(layers[0].self_attn.v_proj, kquant.KQuantPart) and layers[0].self_attn.v_proj.joint.out_features == 512
     assert isinstance(layers[1].self_attn.v_proj, kquant.KQuantLinear) and isinstance(layers[1].self_attn.k_proj, kquant.KQuantPart)
@@ -205,23 +206,23 @@ def test_layers_reading_one_input_run_as_one_call_with_the_same_bits(kernel):
 def test_the_set_up_is_chosen_by_what_the_cpu_can_do(kernel, monkeypatch):
     model = kquant_llama(1)
     packed = random_packing(model, 1)
-    monkeypatch.setattr(cpu, "kquant_kernel", lambda found, cache: (kernel, "") if kquant.cpu_can(found.flags)
+    monkeypatch.setattr(kquant_codes, "kquant_kernel", lambda found, cache: (kernel, "") if kquant.cpu_can(found.flags)
                         else (None, "need avx512_vnni or avx2, which this CPU lacks"))
-    monkeypatch.setattr(cpu, "kquant_pays", lambda *args, **kwargs: True)
+    monkeypatch.setattr(kquant_codes, "kquant_pays", lambda *args, **kwargs: True)
     for found in (WITH_VNNI, AVX2_ONLY):
-        choice = cpu.choose_target(model, {}, found, packed)
+        choice = setups.choose_target(model, {}, found, packed)
         assert (choice.setup, choice.kernel) == ("kquant", kernel), found.name
-    without = cpu.choose_target(model, {}, WITHOUT_BF16, packed)  # AVX2 without FMA: neither body
+    without = setups.choose_target(model, {}, WITHOUT_BF16, packed)  # AVX2 without FMA: neither body
     assert without.setup.startswith("fp32") and without.why.startswith("K-quant codes need avx512_vnni or avx2")
     # no packed codes (a bundled or hub model): nothing said about them
-    assert "K-quant" not in cpu.choose_target(model, {}, WITHOUT_BF16, {}).why
+    assert "K-quant" not in setups.choose_target(model, {}, WITHOUT_BF16, {}).why
     # forced without codes: the reason, and the set-up the CPU would otherwise get
-    forced = cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "kquant"}, WITHOUT_BF16, {})
+    forced = setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "kquant"}, WITHOUT_BF16, {})
     assert forced.why.startswith("K-quant codes not kept at set-up;") and forced.setup != "kquant"
     # forced off: another set-up, even where the codes would serve
-    assert cpu.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITH_VNNI, packed).setup == "fp32"
-    monkeypatch.setattr(cpu, "kquant_pays", lambda *args, **kwargs: False)
-    slower = cpu.choose_target(model, {}, AVX2_ONLY, packed)  # (no bf16 claimed: this CPU may lack it)
+    assert setups.choose_target(model, {cpu.TARGET_SETUP_ENV: "fp32"}, WITH_VNNI, packed).setup == "fp32"
+    monkeypatch.setattr(kquant_codes, "kquant_pays", lambda *args, **kwargs: False)
+    slower = setups.choose_target(model, {}, AVX2_ONLY, packed)  # (no bf16 claimed: this CPU may lack it)
     assert slower.setup != "kquant" and "measured slower here" in slower.why
 
 
@@ -270,26 +271,27 @@ def test_the_row_exact_probe_takes_a_small_vocabulary_whatever_the_special_token
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                          bos_token_id=4000, eos_token_id=4001, pad_token_id=4002)
     model = Qwen2ForCausalLM(config).eval()
-    probe = cpu.probe_of(model, vocab=cpu.PROBE_VOCAB)
-    assert probe.config.vocab_size == cpu.PROBE_VOCAB and probe.lm_head.out_features == cpu.PROBE_VOCAB
+    vocab = kquant_codes.PROBE_VOCAB
+    probe = cpu.probe_of(model, vocab=vocab)
+    assert probe.config.vocab_size == vocab and probe.lm_head.out_features == vocab
     assert model.config.vocab_size == 4096 and model.config.pad_token_id == 4002  # the model's own: untouched
-    assert cpu.kquant_rows_exact(model, kernel)
+    assert kquant_codes.kquant_rows_exact(model, kernel)
 
 
 def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeypatch):
     draft = kquant_llama(2)
-    monkeypatch.setattr(cpu, "kquant_kernel", lambda found, cache: (kernel, ""))
-    monkeypatch.setattr(cpu, "kquant_draft_pays", lambda *args, **kwargs: True)
-    choice = cpu.choose_draft({}, WITH_VNNI, draft)
+    monkeypatch.setattr(kquant_codes, "kquant_kernel", lambda found, cache: (kernel, ""))
+    monkeypatch.setattr(kquant_codes, "kquant_draft_pays", lambda *args, **kwargs: True)
+    choice = setups.choose_draft({}, WITH_VNNI, draft)
     assert (choice.setup, choice.kernel) == ("kquant", kernel)
-    assert cpu.choose_draft({}, WITHOUT_BF16, draft).setup != "kquant"  # neither AVX512-VNNI nor AVX2 with FMA
-    assert cpu.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITH_VNNI, draft).setup == "int4"
-    monkeypatch.setattr(cpu, "kquant_draft_pays", lambda *args, **kwargs: False)
-    assert cpu.choose_draft({}, AVX2_ONLY, draft).setup != "kquant"  # (no bf16 claimed: this CPU may lack it)
+    assert setups.choose_draft({}, WITHOUT_BF16, draft).setup != "kquant"  # neither AVX512-VNNI nor AVX2 with FMA
+    assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITH_VNNI, draft).setup == "int4"
+    monkeypatch.setattr(kquant_codes, "kquant_draft_pays", lambda *args, **kwargs: False)
+    assert setups.choose_draft({}, AVX2_ONLY, draft).setup != "kquant"  # (no bf16 claimed: this CPU may lack it)
     apart = copy.deepcopy(draft)  # each layer its own call: what the joined draft must equal
-    cpu._replace_linears(apart, lambda linear: kquant.KQuantLinear(kquant.quantize(linear.weight), linear.bias, kernel))
+    cpu.replace_linears(apart, lambda linear: kquant.KQuantLinear(kquant.quantize(linear.weight), linear.bias, kernel))
     cpu.use_row_attention(apart)
-    line = cpu.prepare_draft(draft, "kquant", kernel)
+    line = setups.prepare_draft(draft, "kquant", kernel)
     assert line.startswith("draft 4-bit") and isinstance(draft.lm_head, kquant.KQuantLinear)
     ids = torch.randint(0, 64, (1, 12))
     with torch.inference_mode():
@@ -320,8 +322,8 @@ def test_the_k_quant_set_ups_let_the_loaded_weights_file_go(kernel, tmp_path):
     if not all(mapped(file) for file in files):
         pytest.skip("transformers read the weights without mapping the file")
     before = target.model.norm.weight.clone()
-    cpu.prepare_target(target, "kquant", packed=random_packing(target, 4), kernel=kernel)
-    cpu.prepare_draft(draft, "kquant", kernel)
+    setups.prepare_target(target, "kquant", packed=random_packing(target, 4), kernel=kernel)
+    setups.prepare_draft(draft, "kquant", kernel)
     gc.collect()
     assert not any(mapped(file) for file in files)
     assert torch.equal(target.model.norm.weight, before)  # the same values, in memory of its own

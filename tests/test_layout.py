@@ -38,7 +38,7 @@ def imported_stages(path: Path) -> set[str]:
 
 def test_each_stage_uses_only_the_stages_below_it():
     for stage, may_use in STAGES.items():
-        for path in sorted((PACKAGE / stage).rglob("*.py")):  # study/report/ too
+        for path in sorted((PACKAGE / stage).rglob("*.py")):  # its subpackages too (pair/setups/, study/report/)
             assert imported_stages(path) <= may_use, (path.name, imported_stages(path) - may_use)
 
 
@@ -84,10 +84,10 @@ def test_the_modules_of_each_stage_import_one_way_too():
     the report's records): each stage's modules, and those of a package within it (study/report/),
     can be read bottom up."""
     assert import_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]  # the check sees one
-    folders = sorted({p.parent for stage in STAGES for p in (PACKAGE / stage).rglob("*.py")})
-    for folder in folders:
-        graph = {p.stem: sibling_imports(p) for p in folder.glob("*.py")}
-        assert import_circle(graph) is None, (folder.name, import_circle(graph))
+    for stage in STAGES:
+        for folder in sorted({p.parent for p in (PACKAGE / stage).rglob("*.py")}):  # a subpackage on its own
+            graph = {p.stem: sibling_imports(p) for p in folder.glob("*.py")}
+            assert import_circle(graph) is None, (folder.name, import_circle(graph))
 
 
 def test_every_module_is_named_in_the_layout_doc():

@@ -1,5 +1,5 @@
 """The real pair offline (Qwen2.5-Coder-1.5B-Instruct, draft Qwen2.5-Coder-0.5B-Instruct, in the set-up
-cpu.py chooses for this CPU), when it is set up in the model cache: short prompts through every
+pair/setups/ chooses for this CPU), when it is set up in the model cache: short prompts through every
 policy, with the model draft and with the lookup draft (on prompts whose answer copies the prompt).
 Skipped, naming the command that installs it, where it is not set up (it needs a 1.6 GB download and
 up to 11 GB of RAM while it loads)."""

@@ -22,6 +22,7 @@ import torch
 from specviz.decoding.pipeline import compare, make_request
 from specviz.errors import SpecVizError
 from specviz.pair import cpu, models, presets, weights, wheel_parts
+from specviz.pair.setups.packing import PackedLinear
 from specviz.pair.wheel_parts import SETUP_COMMAND, JoinedFile
 from tests.tiny_gguf import (
     PADDED_VOCAB,
@@ -67,8 +68,8 @@ def tiny(tmp_path_factory) -> TinyFiles:
 @pytest.fixture
 def cache(tmp_path, monkeypatch, tiny) -> Path:
     """An empty model cache, no hub, and the real pair's preset pointed at the tiny files. The models
-    keep the precision they were loaded in (these tests check the loading; cpu.py's set-up, which
-    would turn them into bf16 on a CPU with native bf16, has tests of its own)."""
+    keep the precision they were loaded in (these tests check the loading; the CPU set-ups of
+    pair/setups/, which would turn them into bf16 on a CPU with native bf16, have tests of their own)."""
     folder = tmp_path / "cache"
     monkeypatch.setenv("SPECVIZ_CACHE", str(folder))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -151,7 +152,7 @@ def test_set_up_downloads_joins_unpacks_and_the_preset_runs_lossless(cache, tiny
 
 
 def test_the_loaded_pair_is_set_up_for_this_cpu_and_stays_lossless(cache, tiny, monkeypatch):
-    """With no set-up forced, the pair gets what cpu.py chooses for this machine, says so, and every
+    """With no set-up forced, the pair gets what pair/setups/ chooses for this machine, says so, and every
     greedy policy still reproduces target-only decoding in that set-up."""
     set_up(tiny)
     monkeypatch.delenv(cpu.TARGET_SETUP_ENV)
@@ -161,7 +162,7 @@ def test_the_loaded_pair_is_set_up_for_this_cpu_and_stays_lossless(cache, tiny, 
         # the draft: bf16, or int4 where a one-row int4 product timed faster at load
         assert pair.setup.startswith("target bf16") and ("draft bf16" in pair.setup or "draft int4" in pair.setup), \
             pair.setup
-        assert isinstance(pair.target.lm_head, cpu.PackedLinear) and pair.vocab_size == PADDED_VOCAB
+        assert isinstance(pair.target.lm_head, PackedLinear) and pair.vocab_size == PADDED_VOCAB
     else:
         assert pair.setup.startswith("target fp32") and "no native bf16" in pair.setup, pair.setup
     comparison = compare(pair, make_request("the cat sat in the hat", "static:3,heuristic:2,dynamic:0.4,oracle", 10))

@@ -2,7 +2,7 @@
 a KV cache of realistic length, the draft's one-token call and its prompt prefill.
 
 Speculative decoding's arithmetic rests on these numbers (a window of k checked for about one
-pass, a draft call at a small fraction of one), and they differ by machine and set-up (cpu.py).
+pass, a draft call at a small fraction of one), and they differ by machine and set-up (pair/setups/).
 `python -m specviz pass-costs` prints them; a lookahead rule that prices its rounds can measure
 them at load in a few seconds, and keep them up to date from its pair's runs (`LivePassCosts`).
 """

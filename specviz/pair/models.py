@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import SpecVizError
-from . import cpu, gpu, weights
+from . import cpu, gpu, setups, weights
 from .presets import DEFAULT_PRESET, Preset, get_preset
 from .rows import CATCH_UP_ROWS
+from .setups.int8 import to_row_int8
 
 
 @dataclass(eq=False)  # a loaded pair is itself: decoding keeps what it measured of it by identity
@@ -39,7 +40,7 @@ class ModelPair:
     max_context: int
     load_s: float = 0.0
     notes: list[str] = field(default_factory=list)
-    setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (cpu.py)
+    setup: str = ""  # what runs, for the model line: e.g. "target bf16 (...); draft bf16 (...)" (pair/setups/)
     # The draft gives a row the same bits in a call of several (up to CATCH_UP_ROWS) as
     # alone, checked at load: it then reads a round's backlog in one call (drafters.ModelDrafter).
     draft_row_exact: bool = False
@@ -47,13 +48,13 @@ class ModelPair:
 
 def int8_draft(target: torch.nn.Module) -> torch.nn.Module:
     """The target's Linear layers in dynamic int8 (torch.ao), computed row by row for the few
-    rows of a catch-up call so that the draft is row-exact (cpu.RowInt8Linear)."""
+    rows of a catch-up call so that the draft is row-exact (setups/int8.py)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao quantization is deprecated but works in 2.13
         # In place on a private copy: the default would make a third full copy of the weights.
         draft = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear}, dtype=torch.qint8,
                                                        inplace=True)
-    cpu.to_row_int8(draft, CATCH_UP_ROWS)
+    to_row_int8(draft, CATCH_UP_ROWS)
     return draft
 
 
@@ -144,8 +145,8 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         say(f"Building the {preset.draft} draft")
         draft = int8_draft(target) if preset.draft == "int8" else bf16_draft(target)
         say("Choosing the target's set-up for this CPU")  # after the draft is made from the target as loaded
-        choice = cpu.choose_fp32_target(target)
-        target_setup = f"{cpu.prepare_target(target, choice.setup, choice.sizes)}: {choice.why}"
+        choice = setups.choose_fp32_target(target)
+        target_setup = f"{setups.prepare_target(target, choice.setup, choice.sizes)}: {choice.why}"
         pair = build_pair(name, target, draft, tokenizer, torch.device("cpu"))
         pair.setup = f"{target_setup}; draft " + ("int8 dynamic" if preset.draft == "int8" else "bf16 copy")
     else:
@@ -156,16 +157,16 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         if device.type == "cpu":  # before the draft loads: converting needs room for both copies of the target
             say("Choosing the target's set-up for this CPU")
             packed = weights.kquant_layers(preset.target)
-            choice = cpu.choose_target(target, packed=packed, cache=weights.cache_root() / "kernels")
-            setup.append(f"{cpu.prepare_target(target, choice.setup, choice.sizes, packed, choice.kernel)}: "
+            choice = setups.choose_target(target, packed=packed, cache=weights.cache_root() / "kernels")
+            setup.append(f"{setups.prepare_target(target, choice.setup, choice.sizes, packed, choice.kernel)}: "
                          f"{choice.why}")
             del packed  # what the target did not take
         say(f"Loading draft {preset.draft}")
         draft, draft_tokenizer = weights.load_model(preset, name, preset.draft, device,
                                                     gpu.model_dtype(device, _dtype(preset.draft_dtype)), say)
         if device.type == "cpu":
-            choice = cpu.choose_draft(draft=draft, cache=weights.cache_root() / "kernels")
-            setup.append(f"{cpu.prepare_draft(draft, choice.setup, choice.kernel)}: {choice.why}")
+            choice = setups.choose_draft(draft=draft, cache=weights.cache_root() / "kernels")
+            setup.append(f"{setups.prepare_draft(draft, choice.setup, choice.kernel)}: {choice.why}")
         check_same_vocabulary(tokenizer, draft_tokenizer)
         pair = build_pair(name, target, draft, tokenizer, device)
         pair.setup = "; ".join(setup) or f"target and draft in {gpu.model_dtype(device)} on {device.type}"
@@ -219,7 +220,7 @@ _load_states: dict[str, LoadState] = {}
 
 
 def pair_setup(name: str) -> str:
-    """What runs in the loaded pair of a preset (see cpu.py), or "" when it is not loaded."""
+    """What runs in the loaded pair of a preset (see pair/setups/), or "" when it is not loaded."""
     pair = _pairs.get(name)
     return pair.setup if pair is not None else ""
 

@@ -31,7 +31,7 @@ class Preset:
     setup: str | None = None  # for an offline pair that is not bundled: the command that installs its files
     ram_gb: float | None = None  # about how much RAM the loaded pair takes; None: unknown, counted as large
     # The dtype a draft with weights of its own is loaded in, on the CPU (on a GPU both models load in bf16:
-    # gpu.py); cpu.py may then set it up in bf16 for the CPU it runs on, and the target likewise.
+    # gpu.py); a CPU set-up (pair/setups/) may then put it in bf16 for the CPU it runs on, and the target likewise.
     draft_dtype: str = "float32"
     # Seconds per new token of one decoding run (a policy, or target-only) on a 2-core CPU, as
     # measured: what the page's estimate of a run's duration is made from. None: not measured.

@@ -209,7 +209,7 @@ class SetUpModel:
     joined: JoinedFile
     cache_name: str
     # Its GGUF's K-quant layers are also kept packed for kquant.py's kernel (a target: the codes are
-    # what makes its one-token pass cheap; the draft's GGUF holds other types and gets cpu.py's int4).
+    # what makes its one-token pass cheap; the draft's GGUF holds other types and gets setups/int4.py's int4).
     kquant: bool = False
 
 

@@ -1,10 +1,11 @@
 """`python -m specviz pass-costs`: what a forward pass costs on this machine, per set-up of the pair.
 
-For each set-up asked for (cpu.py: fp32 as loaded; fp32 packed for oneDNN; fp32 with windows computed weight-first; bf16
-with packed weights and row-exact attention, or, on a CPU without native bf16, the target as
-chosen there and the draft cast to bf16) the pair is loaded anew and its cost curve measured (decoding/costcurve.py): the target's
-pass over 1-20 new tokens after a KV cache, the draft's one-token call and its prefill, in
-milliseconds and in one-token target passes. Run it alone: every figure is a timing.
+For each set-up asked for (a name in the registry of set-ups, pair/setups/: e.g. fp32 as loaded; fp32
+packed for oneDNN; fp32 with windows computed weight-first; bf16 with packed weights and row-exact
+attention, or, on a CPU without native bf16, the target as chosen there and the draft cast to bf16)
+the pair is loaded anew and its cost curve measured (decoding/costcurve.py): the target's pass over
+1-20 new tokens after a KV cache, the draft's one-token call and its prefill, in milliseconds and in
+one-token target passes. Run it alone: every figure is a timing.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from ..errors import SpecVizError
 from ..pair import cpu, kquant
 from ..pair.models import get_pair, release_pair
 from ..pair.presets import DEFAULT_PRESET, get_preset
+from ..pair.setups import names as setup_names
 
 
 @contextmanager
 def _forced(setup: str):
-    """A pair loaded in `setup` (the environment variables cpu.py reads): both models alike, or
+    """A pair loaded in `setup` (the settings the set-ups' choice reads, pair/setups/): both models alike, or
     TARGET/DRAFT (e.g. bf16/int4) for each its own."""
     target, _, draft = setup.partition("/")
     with settings.overriding({cpu.TARGET_SETUP_ENV: target, cpu.DRAFT_SETUP_ENV: draft or target}):
@@ -62,14 +64,15 @@ def _setups(text: str, preset: str) -> list[str]:
     setups = [s.strip() for s in text.split(",") if s.strip()]
     unknown = [s for s in setups if not _known(s)]
     if unknown or not setups:
-        raise SpecVizError(f"Unknown set-up {', '.join(unknown) or text!r}: choose from {', '.join(cpu.SETUPS)}, "
-                           f"or TARGET/DRAFT with the draft one of {', '.join(cpu.DRAFT_SETUPS)} (e.g. bf16/int4).")
+        raise SpecVizError(f"Unknown set-up {', '.join(unknown) or text!r}: choose from "
+                           f"{', '.join(setup_names(cpu.TARGET))}, or TARGET/DRAFT with the draft one of "
+                           f"{', '.join(setup_names(cpu.DRAFT))} (e.g. bf16/int4).")
     return setups
 
 
 def _known(setup: str) -> bool:
     target, slash, draft = setup.partition("/")
-    return target in cpu.SETUPS and (not slash or draft in cpu.DRAFT_SETUPS)
+    return target in setup_names(cpu.TARGET) and (not slash or draft in setup_names(cpu.DRAFT))
 
 
 def cmd_pass_costs(args: argparse.Namespace) -> int:
@@ -96,8 +99,8 @@ def register_commands(commands: argparse._SubParsersAction) -> None:
                                                "(run it alone: every figure is a timing)")
     p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model pair (default {DEFAULT_PRESET})")
     p.add_argument("--setups", default="auto",
-                   help=f"comma-separated set-ups to measure: {', '.join(cpu.SETUPS)} for both models, or "
-                        f"TARGET/DRAFT with the draft one of {', '.join(cpu.DRAFT_SETUPS)}, e.g. kquant/int4 "
+                   help=f"comma-separated set-ups to measure: {', '.join(setup_names(cpu.TARGET))} for both models, "
+                        f"or TARGET/DRAFT with the draft one of {', '.join(setup_names(cpu.DRAFT))}, e.g. kquant/int4 "
                         "(default auto: fp32 and bf16 where the CPU has native bf16, else fp32, fp32-window and "
                         "bf16, and kquant where its kernel runs; a bundled pair's target: fp32 and fp32-packed)")
     p.add_argument("--context", type=int, default=200, help="tokens in the KV cache before each call (default 200)")
