@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from specviz.decoding.drafters import ModelDrafter, TransformersDrafter
 from specviz.decoding.engine import generate
+from specviz.decoding.modes import make_policy, parse_modes
 from specviz.decoding.oracle import make_oracle
-from specviz.decoding.policies import make_policy, parse_modes
 from specviz.pair.models import encode_prompt, get_pair
 from specviz.pair.presets import DEFAULT_PRESET
 from specviz.study.bench import read_suite

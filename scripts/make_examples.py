@@ -29,8 +29,8 @@ import torch
 import transformers
 
 from specviz.decoding.drafts import pair_setup, parse_draft
+from specviz.decoding.modes import DEFAULT_MODES
 from specviz.decoding.pipeline import Limits, compare, make_request
-from specviz.decoding.policies import DEFAULT_MODES
 from specviz.pair.models import get_pair
 from specviz.pair.presets import DEFAULT_PRESET
 from specviz.ui.files import load_examples

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specviz.decoding.modes import DEFAULT_MODES
 from specviz.decoding.pipeline import Limits, compare, make_request
-from specviz.decoding.policies import DEFAULT_MODES
 from specviz.pair.models import get_pair
 from specviz.pair.presets import DEFAULT_PRESET
 from specviz.ui.files import load_examples

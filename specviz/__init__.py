@@ -5,11 +5,11 @@ study down to explain, from explain down to decoding, and from decoding down to 
 
     pair/      the model pair, set up for the machine: presets, where weights come from (weights,
                wheel_parts), loading (models), the CPU and GPU set-ups (cpu, kquant, gpu)
-    decoding/  decode one prompt: lookahead rules and their registry (policies), what proposes
-               tokens (drafters, lookup), the draft-verify loop (engine), the oracle's ideal
-               (oracle), what a pass costs (costcurve), how the draft reads the text
-               (feeding), one prompt through every policy (pipeline), and the records all of
-               it produces (trace)
+    decoding/  decode one prompt: lookahead rules (policies) and their registry (modes), what
+               proposes tokens (drafters, lookup), the draft-verify loop (engine), the oracle's
+               ideal (oracle), what a pass costs (costcurve), how the draft reads the text
+               (feeding), one prompt through every policy (pipeline), and the records all of it
+               produces (trace)
     explain/   explain a run, without torch: the what-if replay (sweep), calibration and work
                split (analysis), the cost model (costs), the best threshold in hindsight
                (hindsight)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from . import settings
 from .decoding import drafts
+from .decoding.modes import DEFAULT_MODES, MAX_MODES, mode_grammar
 from .decoding.pipeline import Limits, compare, make_request
-from .decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
 from .decoding.trace import Comparison
 from .errors import SpecVizError
 from .explain.sweep import can_replay, sweep

@@ -1,10 +1,10 @@
 """One colour per policy, the same in every view: the page's charts, the downloads and the
-benchmark plots. Each policy's colour is in its registry entry (decoding/policies.py, `POLICIES`).
+benchmark plots. Each policy's colour is in its registry entry (decoding/modes.py, `POLICIES`).
 """
 
 from __future__ import annotations
 
-from .decoding.policies import POLICIES
+from .decoding.modes import POLICIES
 
 POLICY_COLORS: dict[str, str] = {name: kind.color for name, kind in POLICIES.items()}
 _FALLBACK_COLORS = ["#8C564B", "#7F7F7F", "#17BECF", "#BCBD22"]  # for policies not listed above

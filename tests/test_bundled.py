@@ -6,8 +6,8 @@ import pytest
 
 from specviz.decoding.drafters import TransformersDrafter
 from specviz.decoding.engine import generate, target_only
+from specviz.decoding.modes import make_policy, parse_modes
 from specviz.decoding.pipeline import Limits, make_request, prompt_ids_for
-from specviz.decoding.policies import make_policy, parse_modes
 from specviz.errors import SpecVizError
 from specviz.pair.models import check_same_vocabulary, encode_prompt, get_pair
 from specviz.study.hf_reference import hf_assisted

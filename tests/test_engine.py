@@ -7,8 +7,9 @@ import torch
 from specviz.decoding import drafters
 from specviz.decoding.drafters import CachedModel, ModelDrafter, TransformersDrafter
 from specviz.decoding.engine import generate, target_only
+from specviz.decoding.modes import ModeSpec, make_policy
 from specviz.decoding.oracle import make_oracle
-from specviz.decoding.policies import Dynamic, Heuristic, ModeSpec, Static, make_policy
+from specviz.decoding.policies import Dynamic, Heuristic, Static
 from specviz.decoding.trace import first_difference
 from specviz.study.hf_reference import hf_assisted
 

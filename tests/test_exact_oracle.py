@@ -15,8 +15,8 @@ guess at an answer position is a function of the text alone. Then, for every gre
 
 import pytest
 
+from specviz.decoding.modes import make_policy, parse_modes
 from specviz.decoding.pipeline import compare, make_request
-from specviz.decoding.policies import make_policy, parse_modes
 from specviz.explain.sweep import replay
 from specviz.study.bench import read_suite
 from specviz.study.runner import DEFAULT_SUITES

@@ -55,7 +55,7 @@ def test_the_public_api_is_the_mcp_tools_and_nothing_else(live_app):
         compare.inputSchema["properties"])
     assert "lossless" in compare.description
     # the modes a client may ask for, as the registry has them (not a list written by hand)
-    from specviz.decoding.policies import mode_grammar
+    from specviz.decoding.modes import mode_grammar
 
     assert mode_grammar() in json.dumps(compare.inputSchema["properties"]["modes"]) + compare.description
     assert "Traceback" not in log.read_text()

@@ -2,6 +2,7 @@
 
 import pytest
 
+from specviz.decoding.modes import ModeSpec, make_policy, parse_modes
 from specviz.decoding.pipeline import make_request
 from specviz.decoding.policies import (
     MAX_LOOKAHEAD,
@@ -11,12 +12,9 @@ from specviz.decoding.policies import (
     Dynamic,
     Entropy,
     Heuristic,
-    ModeSpec,
     Oracle,
     PassCosts,
     Static,
-    make_policy,
-    parse_modes,
     roc_threshold,
 )
 from specviz.errors import SpecVizError
@@ -358,7 +356,7 @@ def test_the_registry_holds_each_policy_once_and_every_reader_agrees_with_it():
     """One entry per policy: its settings' defaults read back through the mode string, its
     policy can be made (with what it needs), and the colours, columns and defaults come from it."""
     from specviz.colors import POLICY_COLORS
-    from specviz.decoding.policies import DEFAULT_MODES, POLICIES, format_modes, mode_label
+    from specviz.decoding.modes import DEFAULT_MODES, POLICIES, format_modes, mode_label
     from specviz.ui.columns import ALL_COLUMNS, EXTRA_COLUMNS
 
     prices = PassCosts(draft_call_ms=5.0, target_ms=(20.0,))

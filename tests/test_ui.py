@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specviz.decoding.policies import parse_modes
+from specviz.decoding.modes import parse_modes
 from specviz.decoding.trace import Baseline, Comparison, Round, Trace
 from specviz.errors import SpecVizError
 from specviz.pair.presets import PRESETS
@@ -361,7 +361,7 @@ def test_import_rejects_bad_files(tmp_path):
 def test_json_round_trip_shows_the_same_view(tiny_pair):
     """A comparison exported as JSON and imported again renders exactly as before."""
     from specviz.decoding.engine import generate, target_only
-    from specviz.decoding.policies import make_policy
+    from specviz.decoding.modes import make_policy
     from specviz.decoding.trace import DraftAlongReference
     from specviz.ui.columns import ALL_COLUMNS
     from specviz.ui.render import summary_rows

@@ -1,4 +1,4 @@
-"""Draft sources: what proposes a round's tokens, in one registry, as policies.py has the policies.
+"""Draft sources: what proposes a round's tokens, in one registry, as modes.py has the policies.
 
 `DRAFTS` maps a draft's name to its `DraftKind`: its settings (`DraftSetting`: keyword, default,
 bounds, the page's label, the command line's help), its title and blurb, whether its calls are
@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecVizError
 from . import lookup
+from .modes import Setting
 from .oracle import DraftAlongReference, TextProposer, oracle_search, text_oracle_search
-from .policies import Oracle, PassCosts, Setting
+from .policies import Oracle, PassCosts
 
 if TYPE_CHECKING:
     from ..pair.models import ModelPair

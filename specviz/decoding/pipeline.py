@@ -20,7 +20,8 @@ from ..pair.models import ModelPair, encode_prompt, get_pair
 from .costcurve import live_pass_costs, pass_costs
 from .drafts import DEFAULT_DRAFT, DraftSpec, check_draft, parse_draft
 from .engine import decode_target_only, speculate
-from .policies import ModeSpec, Oracle, Policy, check_modes, make_policy, parse_modes
+from .modes import ModeSpec, check_modes, make_policy, parse_modes
+from .policies import Oracle, Policy
 from .trace import Baseline, Comparison, Round, Trace, first_difference
 
 MAX_TEMPERATURE = 2.0

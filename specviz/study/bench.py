@@ -25,8 +25,8 @@ from typing import Any
 
 from ..decoding.drafters import TransformersDrafter
 from ..decoding.engine import generate, target_only
+from ..decoding.modes import DEFAULT_MODES, MAX_MODES, ModeSpec, make_policy, parse_modes
 from ..decoding.pipeline import Limits, compare, make_request
-from ..decoding.policies import DEFAULT_MODES, MAX_MODES, ModeSpec, make_policy, parse_modes
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
 from ..pair.models import ModelPair, encode_prompt, get_pair

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..decoding.policies import ModeSpec
+from ..decoding.modes import ModeSpec
 
 if TYPE_CHECKING:
     from ..pair.models import ModelPair

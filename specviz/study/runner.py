@@ -31,7 +31,7 @@ from typing import Any
 
 from ..decoding import drafts
 from ..decoding.drafts import DEFAULT_DRAFT, DraftSpec, pair_setup
-from ..decoding.policies import ModeSpec, parse_modes
+from ..decoding.modes import ModeSpec, parse_modes
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
 from ..explain.hindsight import SavedRun

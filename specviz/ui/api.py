@@ -14,7 +14,7 @@ from typing import Any
 
 from ..decoding import pipeline
 from ..decoding.drafts import DraftSpec
-from ..decoding.policies import DEFAULT_MODES
+from ..decoding.modes import DEFAULT_MODES
 from ..errors import SpecVizError
 from ..pair.presets import PRESETS, get_preset
 from .files import example_comparison, load_examples

@@ -10,7 +10,7 @@ import html
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..decoding.policies import POLICIES
+from ..decoding.modes import POLICIES
 from ..decoding.trace import Comparison, Trace, drafting_view
 from .render import metrics_html, render_trace
 from .turns import expected_seconds

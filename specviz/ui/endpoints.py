@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import gradio as gr
 
 from ..decoding.drafts import draft_choices
-from ..decoding.policies import DEFAULT_MODES, MAX_MODES, mode_grammar
+from ..decoding.modes import DEFAULT_MODES, MAX_MODES, mode_grammar
 from ..errors import SpecVizError
 from ..pair.presets import DEFAULT_PRESET
 from . import api

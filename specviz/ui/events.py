@@ -18,8 +18,8 @@ import gradio as gr
 import pandas as pd
 
 from ..decoding.drafts import DEFAULT_DRAFT
+from ..decoding.modes import format_modes
 from ..decoding.pipeline import Limits, compare_preset, make_request
-from ..decoding.policies import format_modes
 from ..decoding.trace import Trace
 from ..errors import SpecVizError
 from ..explain.analysis import measured_draft_cost_ratio, rule_rounds

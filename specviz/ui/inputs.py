@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..decoding.drafts import DEFAULT_DRAFT, DRAFTS, DraftSetting, DraftSpec, make_draft, read_draft
-from ..decoding.policies import POLICIES, ModeSpec, Setting, format_modes
+from ..decoding.modes import POLICIES, ModeSpec, Setting, format_modes
 from ..errors import SpecVizError
 
 DEFAULT_HOST = "127.0.0.1"

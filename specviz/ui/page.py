@@ -17,8 +17,8 @@ import gradio as gr
 
 from .. import settings
 from ..decoding.drafts import DEFAULT_DRAFT, DRAFTS
+from ..decoding.modes import POLICIES
 from ..decoding.pipeline import Limits
-from ..decoding.policies import POLICIES
 from ..pair.models import load_state
 from ..pair.presets import DEFAULT_PRESET, PRESETS
 from . import endpoints
