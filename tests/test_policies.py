@@ -244,17 +244,18 @@ XEON = PassCosts(30.1, (76.9, *(91.2 + 4.0 * w for w in range(19))),
 
 
 def test_cost_aware_does_not_stay_plain_after_long_accepted_rounds_and_a_backlog():
-    """Issue 60: after two fully accepted rounds of 20 the run's rate overshot what a round's first
-    token could clear, and each plain round made the next catch-up dearer: the rule as it was
-    (study/variants.py's first-token) stayed plain to the end. Weighing the whole round, it drafts
-    again at once."""
+    """Issue 60: after long accepted rounds the run's rate overshot what a round's first token could
+    clear, and each plain round made the next catch-up dearer: the rule as it was
+    (study/variants.py's first-token) stayed plain to the end. Weighing the whole round, it never
+    stops drafting here."""
     from specviz.study.variants import FirstToken
 
-    long_rounds = [([0.88, 0.95, 1.0, 0.97] * 5, 20)] * 2
+    long_rounds = [([0.88, 0.95, 1.0, 0.97] * 5, 20)] * 4  # the first plain (no verdicts yet), then 13 or more
     then = [([0.95] * 20, 5)] * 60
-    assert run_rounds(FirstToken(XEON), long_rounds + then)[2:] == [0] * 60  # the trap, as it was
+    as_it_was = run_rounds(FirstToken(XEON), long_rounds + then)
+    assert as_it_was[4:] == [0] * 60, as_it_was  # the trap: plain from the fifth round to the end
     drafted = run_rounds(CostAware(XEON), long_rounds + then)
-    assert all(drafted[2:]), drafted
+    assert all(drafted[1:]), drafted
 
 
 def test_cost_aware_plain_streaks_end_however_long_the_backlog():
@@ -282,6 +283,7 @@ def test_a_cost_aware_round_is_planned_at_the_window_the_rule_would_reach():
     prices its first call over a drafting round's backlog at most, and is kept per round."""
     rule = CostAware(XEON)
     rule.fed, rule.tokens, rule.time_ms = 0, 40.0, 400.0  # a run going at 100 tokens/s: a high bar
+    rule.judged_in_bin[9] = rule.accepted_in_bin[9] = 40  # its draft always right so far
     plan = rule.plan(50)  # a backlog of 50 since the draft last read
     assert plan.first_call_ms == XEON.catch_up(2)
     assert plan.drafts and plan.rate > plan.plain_rate == 1 / 76.9
