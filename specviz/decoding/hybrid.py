@@ -95,8 +95,9 @@ class HybridDrafter:
         steps, more = copied_steps(found, budget, policy)
         for step in steps:
             proposal.add(step, None if sampler.greedy else self._certain(step.token_id))
+        proposal.copied = len(steps)  # 0: no match, the model drafts every token (the page marks each)
         if steps:
-            proposal.source, proposal.copied = found.source, len(steps)
+            proposal.source = found.source
         if more and len(steps) < budget:
             self._model_steps(proposal, sequence + proposal.ids, budget, policy, sampler, eos_ids)
         return proposal
