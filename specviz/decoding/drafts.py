@@ -334,9 +334,12 @@ def draft_choices() -> str:
 
 def pair_setup(setup: str, spec: DraftSpec) -> str:
     """A pair's set-up line as a run with `spec` used it: the pair's own with its draft model,
-    else the target's part and the draft's label ("target ...; draft lookup (n-gram 2, 10 tokens)")."""
+    else the target's part and the draft's label ("target ...; draft lookup (n-gram 2, 10 tokens)"); a
+    draft that runs the pair's draft model too keeps the model's part ("...; draft int8; hybrid (...)")."""
     if spec.name == DEFAULT_DRAFT.name:
         return setup
+    if spec.kind.counts_passes:
+        return f"{setup}; {spec.label}"
     return f"{setup.split('; draft')[0]}; draft {spec.label}"
 
 
