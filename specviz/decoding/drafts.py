@@ -32,7 +32,7 @@ draft's settings under its name) read this registry. Importing it imports no tor
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 OracleFound = tuple[Oracle, list[int], DraftAlongReference | None]  # the oracle, its ideal line, the draft's table
 Replayed = tuple[int, int, int]  # a what-if replay's target passes, draft passes, plain passes
+DraftView = tuple[int, float, float]  # a drafted token, its probability and entropy
 
 
 @dataclass(frozen=True)
@@ -95,9 +96,10 @@ class DraftKind:
 
     def replay(self, policy: Policy, params: dict[str, Any], *, prompt_ids: list[int] | None, reference: list[int],
                along: DraftAlongReference | None, max_new_tokens: int, eos_ids: frozenset[int],
-               row_exact: bool) -> Replayed | None:
+               row_exact: bool, observed: Mapping[int, Sequence[DraftView]] | None = None) -> Replayed | None:
         """Its own what-if replay of `policy` on a greedy answer `reference`, from what the
-        comparison keeps (the prompt if `keeps_prompt`, the draft's table `along` from its oracle):
+        comparison keeps (the prompt if `keeps_prompt`, the draft's table `along` from its oracle)
+        and what its real rounds proposed (`observed`: by the answer position they started at):
         target, draft and plain passes. None: the what-if's own replays (explain/sweep.py: from the
         draft's table, or, `from_text`, from the text)."""
         return None
@@ -220,11 +222,11 @@ class HybridDraft(DraftKind):
 
     def replay(self, policy: Policy, params: dict[str, Any], *, prompt_ids: list[int] | None, reference: list[int],
                along: DraftAlongReference | None, max_new_tokens: int, eos_ids: frozenset[int],
-               row_exact: bool) -> Replayed | None:
+               row_exact: bool, observed: Mapping[int, Sequence[DraftView]] | None = None) -> Replayed | None:
         if prompt_ids is None or along is None:
             raise ValueError("the hybrid draft's what-if needs the comparison's prompt and the draft's table")
         return hybrid.replay_passes(policy, prompt_ids, reference, along, self.settings_of(params), max_new_tokens,
-                                    eos_ids, row_exact)
+                                    eos_ids, row_exact, observed)
 
 
 def lookup_settings(draft: str) -> tuple[DraftSetting, ...]:

@@ -27,8 +27,8 @@ module imports no torch; the drafter loads it when it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from . import lookup
@@ -147,11 +147,20 @@ class AlongReference:
     views: list[DraftView]
     copied: int
     agreed: int
+    observed: int = 0  # leading views a real round starting here proposed (`seen`)
 
     def real(self, index: int) -> bool:
-        """Whether view `index` is what the drafter proposes there: a copied token, or a model guess
-        up to the first disagreement."""
-        return index < self.copied or index <= self.agreed
+        """Whether view `index` is what the drafter proposes there: a copied token, a model guess
+        up to the first disagreement, or what a real round proposed."""
+        return index < self.copied or index <= self.agreed or index < self.observed
+
+    def seen(self, views: Sequence[DraftView]) -> AlongReference:
+        """This proposal, its first views those a real round starting here proposed (the same up to
+        the first disagreement: a function of the text; past it, the model's own guesses, which
+        the table cannot see)."""
+        if len(views) <= self.observed:
+            return self
+        return replace(self, views=[*views, *self.views[len(views):]], observed=len(views))
 
 
 def along_reference(prompt_ids: list[int], reference: list[int], along: DraftAlongReference, position: int,
@@ -191,12 +200,15 @@ def round_steps(proposal: AlongReference, budget: int, policy: Policy, eos_ids: 
 
 def replay_passes(policy: Policy, prompt_ids: list[int], reference: list[int], along: DraftAlongReference,
                   settings: lookup.LookupSettings, max_new_tokens: int, eos_ids: Iterable[int] = (),
-                  row_exact: bool = False) -> tuple[int, int, int]:
+                  row_exact: bool = False, observed: Mapping[int, Sequence[DraftView]] | None = None
+                  ) -> tuple[int, int, int]:
     """Target passes, draft passes and plain passes (after the first, a pass that checked no
     draft token) `policy` needs to produce `reference` with the hybrid draft, each round's proposal
-    recomputed from the prompt and the model draft's table. Target and plain passes are exact;
-    draft passes too up to a round's first rejected token (past it, a confidence rule may stop at
-    another point on the real draft's own tokens than on the table's stand-ins)."""
+    recomputed from the prompt and the model draft's table, and taken from `observed` (what real
+    rounds starting at an answer position proposed) where a real round started there. Exact up to
+    each round's first rejected token, and for every setting that was run; past a rejection the
+    table's stand-ins may make a confidence rule stop at another point (its draft passes, and the
+    cost-aware rule's later choices, may then differ)."""
     eos = frozenset(eos_ids)
     end = len(reference)
     # The model's cache, as drafters.ModelDrafter fills it (feeding.py): a round whose model drafts
@@ -206,6 +218,8 @@ def replay_passes(policy: Policy, prompt_ids: list[int], reference: list[int], a
     while position < end:
         budget = max(0, min(policy.start_round(position), max_new_tokens - position - 1))
         proposal = along_reference(prompt_ids, reference, along, position, settings, eos) if budget else None
+        if proposal is not None and observed and position in observed:
+            proposal = proposal.seen(observed[position])
         steps = round_steps(proposal, budget, policy, eos) if proposal else []
         accepted = min(len(steps), proposal.agreed) if proposal else 0
         policy.end_round(len(steps), accepted, [step.prob for step in steps])

@@ -189,16 +189,18 @@ def replayed_passes(comparison: Comparison, policy: Policy, eos_ids: Iterable[in
     reference = comparison.reference_ids()
     kind = comparison.draft.kind
     eos_ids = frozenset(eos_ids)
+    if not kind.from_text:
+        seen = seen if seen is not None else observations(comparison)
     own = kind.replay(policy, comparison.draft.params, prompt_ids=comparison.prompt_ids, reference=reference,
                       along=comparison.draft_along_reference, max_new_tokens=comparison.max_new_tokens,
-                      eos_ids=eos_ids, row_exact=comparison.draft_row_exact)
+                      eos_ids=eos_ids, row_exact=comparison.draft_row_exact,
+                      observed=seen.round_starts if seen is not None else None)
     if own is not None:  # the kind's own replay (the hybrid draft's)
         return ReplayedPasses(*own)
     if kind.from_text:  # its proposals recomputed from the text: no table, no draft pass
         target, plain = replay_text_passes(policy, comparison.prompt_ids, reference,
                                            kind.proposer(comparison.draft.params), comparison.max_new_tokens, eos_ids)
         return ReplayedPasses(target, 0, plain)
-    seen = seen if seen is not None else observations(comparison)
     target, draft = replay_passes(policy, reference, comparison.draft_along_reference, comparison.max_new_tokens,
                                   eos_ids, seen, comparison.prompt_tokens, comparison.draft_row_exact)
     return ReplayedPasses(target, draft, 0)
@@ -234,8 +236,7 @@ def sweep(comparison: Comparison, eos_ids: Iterable[int] = (), draft_ratio: floa
     measured = StudyPassCosts.from_comparison(comparison)
     costs = measured if draft_ratio is None else measured.with_draft_ratio(draft_ratio)
     eos = list(eos_ids)
-    # what real rounds proposed: for the replay from the model draft's table only
-    seen = None if comparison.draft.kind.keeps_prompt else observations(comparison)
+    seen = None if comparison.draft.kind.from_text else observations(comparison)
     oracle = next((t for t in comparison.traces if t.policy == "oracle"), None)
     return Sweep(
         thresholds=[replay(comparison, Dynamic(t, 20), costs, eos, seen) for t in THRESHOLDS],
