@@ -299,6 +299,7 @@ class Proposal:
     entropies: list[float] = field(default_factory=list)
     distributions: list[torch.Tensor] = field(default_factory=list)
     source: int | None = None  # a text draft's (a lookup's): where in the text its tokens were copied from
+    copied: int | None = None  # how many of its tokens, from the first, were copied from `source` (None: all)
     # What making it cost the drafter (set by `draft`): its forward calls, their seconds, and the
     # seconds of those calls that caught up on tokens the draft had not seen.
     passes: int = 0

@@ -8,7 +8,7 @@ draft passes, what the cost-aware rule is told a step costs, how a run makes its
 as a mode is: "model", "lookup", "lookup:3:16" (settings in the registry's order, missing ones at
 their defaults).
 
-Two families of drafts so far:
+Three families of drafts so far:
 
 - `ModelDraft`, the pair's draft model ("model"): the engine's `ModelDrafter`, fed so that its
   guess at a position is a function of the text; the oracle reads the answer with it once
@@ -18,6 +18,11 @@ Two families of drafts so far:
   oracle recomputes the proposal at every position and plans the fewest rounds over it
   (`oracle.text_oracle_search`: where a round starts changes what it proposes); the what-if
   recomputes each round's proposal from the prompt kept with the comparison.
+- `HybridDraft`, lookup where the context matches and the draft model where it does not or after
+  the copy ("hybrid": hybrid.py): the engine's `hybrid.HybridDrafter`; the oracle reads the answer
+  with the model once and recomputes the copy at every position, planning the fewest rounds over
+  them; the what-if recomputes each round from the prompt and the model's table, both kept with the
+  comparison (`keeps_prompt`), by the kind's own `replay`.
 
 The page (its Draft menu and each setting's box), the API, MCP, the command line (`--draft`, and
 `--NAME-SETTING` for each setting), the study and the records (a comparison's JSON keeps a
@@ -27,21 +32,23 @@ draft's settings under its name) read this registry. Importing it imports no tor
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecVizError
-from . import lookup
+from . import hybrid, lookup
 from .modes import Setting
-from .oracle import DraftAlongReference, TextProposer, oracle_search, text_oracle_search
-from .policies import Oracle, PassCosts
+from .oracle import DraftAlongReference, TextProposer, draft_along, fewest_rounds, oracle_search, text_oracle_search
+from .policies import Oracle, PassCosts, Policy
 
 if TYPE_CHECKING:
     from ..pair.models import ModelPair
     from .drafters import MakeDrafter
 
 OracleFound = tuple[Oracle, list[int], DraftAlongReference | None]  # the oracle, its ideal line, the draft's table
+Replayed = tuple[int, int, int]  # a what-if replay's target passes, draft passes, plain passes
+DraftView = tuple[int, float, float]  # a drafted token, its probability and entropy
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class DraftKind:
     `counts_passes`: its calls are draft passes (a model); False: it makes none. `step_ms`: what
     the cost-aware rule is told one draft step costs; None: the pair's measured draft call.
     How the oracle's ideal is found for it is its `oracle`; how the what-if replays it, its
-    `from_text` (and `proposer`)."""
+    `from_text` (and `proposer`), or its own `replay`."""
 
     name: str
     title: str
@@ -80,6 +87,22 @@ class DraftKind:
         prompt, and the what-if recomputes each round's proposal with `proposer` (else it replays
         from the table of the draft's guesses along the answer that the oracle search made)."""
         return False
+
+    @property
+    def keeps_prompt(self) -> bool:
+        """A comparison run with it keeps the prompt's token ids (`Comparison.prompt_ids`): its
+        what-if recomputes proposals from the text."""
+        return self.from_text
+
+    def replay(self, policy: Policy, params: dict[str, Any], *, prompt_ids: list[int] | None, reference: list[int],
+               along: DraftAlongReference | None, max_new_tokens: int, eos_ids: frozenset[int],
+               row_exact: bool, observed: Mapping[int, Sequence[DraftView]] | None = None) -> Replayed | None:
+        """Its own what-if replay of `policy` on a greedy answer `reference`, from what the
+        comparison keeps (the prompt if `keeps_prompt`, the draft's table `along` from its oracle)
+        and what its real rounds proposed (`observed`: by the answer position they started at):
+        target, draft and plain passes. None: the what-if's own replays (explain/sweep.py: from the
+        draft's table, or, `from_text`, from the text)."""
+        return None
 
     def proposer(self, params: dict[str, Any]) -> TextProposer:
         """Its proposal rule with these settings (the text so far, the EOS ids -> a proposal),
@@ -168,6 +191,54 @@ class TextDraft(DraftKind):
         return found, ideal, None
 
 
+@dataclass(frozen=True)
+class HybridDraft(DraftKind):
+    """Prompt lookup where the context matches, the pair's draft model where it does not or after
+    the copy (hybrid.py). Its settings are lookup's (`lookup.LookupSettings`); its calls are the
+    model's draft passes, priced as the model's."""
+
+    @property
+    def keeps_prompt(self) -> bool:
+        return True
+
+    def settings_of(self, params: dict[str, Any]) -> lookup.LookupSettings:
+        return lookup.LookupSettings(**{**self.defaults(), **params})
+
+    def check(self, params: dict[str, Any]) -> None:
+        super().check(params)
+        self.settings_of(params)
+
+    def make(self, params: dict[str, Any]) -> MakeDrafter:
+        return hybrid.HybridDrafter.using(self.settings_of(params))
+
+    def oracle(self, pair: ModelPair, prompt_ids: list[int], reference: list[int],
+               params: dict[str, Any]) -> Generator[int, None, OracleFound]:
+        """The model draft's guesses along the answer (`oracle.draft_along`, the table the what-if
+        keeps), the copy recomputed at every position (`hybrid.ideal_along`), and the fewest rounds
+        over that ideal (`oracle.fewest_rounds`: where a round starts changes the copy)."""
+        along = yield from draft_along(pair, prompt_ids, reference)
+        ideal = hybrid.ideal_along(prompt_ids, reference, along, self.settings_of(params), pair.eos_token_ids)
+        return Oracle(fewest_rounds(ideal)), ideal, along
+
+    def replay(self, policy: Policy, params: dict[str, Any], *, prompt_ids: list[int] | None, reference: list[int],
+               along: DraftAlongReference | None, max_new_tokens: int, eos_ids: frozenset[int],
+               row_exact: bool, observed: Mapping[int, Sequence[DraftView]] | None = None) -> Replayed | None:
+        if prompt_ids is None or along is None:
+            raise ValueError("the hybrid draft's what-if needs the comparison's prompt and the draft's table")
+        return hybrid.replay_passes(policy, prompt_ids, reference, along, self.settings_of(params), max_new_tokens,
+                                    eos_ids, row_exact, observed)
+
+
+def lookup_settings(draft: str) -> tuple[DraftSetting, ...]:
+    """Prompt lookup's two settings, as a draft named `draft` offers them on the page ("lookup n-gram")."""
+    return (DraftSetting("max_ngram", lookup.LookupSettings.max_ngram, 1, lookup.MAX_NGRAM, whole=True,
+                         label=f"{draft} n-gram", short="ngram", tag="n", help="the longest n-gram to match",
+                         info="the longest n-gram matched"),
+            DraftSetting("max_tokens", lookup.LookupSettings.max_tokens, 1, lookup.MAX_TOKENS, whole=True,
+                         label=f"{draft} tokens", short="tokens", tag="k", help="the most tokens one lookup copies",
+                         info="the most tokens copied"))
+
+
 # ---- the registry: every draft a comparison can run with ------------------------------------
 
 DRAFTS: dict[str, DraftKind] = {kind.name: kind for kind in [
@@ -175,14 +246,11 @@ DRAFTS: dict[str, DraftKind] = {kind.name: kind for kind in [
     TextDraft("lookup", "prompt lookup",
               "prompt lookup: copies what followed the last n-gram's first earlier occurrence in the prompt and "
               "answer; no draft model runs",
-              (DraftSetting("max_ngram", lookup.LookupSettings.max_ngram, 1, lookup.MAX_NGRAM, whole=True,
-                            label="lookup n-gram", short="ngram", tag="n", help="the longest n-gram to match",
-                            info="the longest n-gram matched"),
-               DraftSetting("max_tokens", lookup.LookupSettings.max_tokens, 1, lookup.MAX_TOKENS, whole=True,
-                            label="lookup tokens", short="tokens", tag="k", help="the most tokens one lookup copies",
-                            info="the most tokens copied")),
-              "n-gram {max_ngram}, {max_tokens} tokens", step_ms=lookup.STEP_MS,
+              lookup_settings("lookup"), "n-gram {max_ngram}, {max_tokens} tokens", step_ms=lookup.STEP_MS,
               settings_of=lookup.LookupSettings, propose=lookup.propose),
+    HybridDraft("hybrid", "lookup, then the draft model",
+                "prompt lookup where the context matches (no draft pass), the pair's draft model where it does "
+                "not or after the copied span", lookup_settings("hybrid"), "n-gram {max_ngram}, {max_tokens} tokens"),
 ]}
 
 
@@ -268,9 +336,12 @@ def draft_choices() -> str:
 
 def pair_setup(setup: str, spec: DraftSpec) -> str:
     """A pair's set-up line as a run with `spec` used it: the pair's own with its draft model,
-    else the target's part and the draft's label ("target ...; draft lookup (n-gram 2, 10 tokens)")."""
+    else the target's part and the draft's label ("target ...; draft lookup (n-gram 2, 10 tokens)"); a
+    draft that runs the pair's draft model too keeps the model's part ("...; draft int8; hybrid (...)")."""
     if spec.name == DEFAULT_DRAFT.name:
         return setup
+    if spec.kind.counts_passes:
+        return f"{setup}; {spec.label}"
     return f"{setup.split('; draft')[0]}; draft {spec.label}"
 
 

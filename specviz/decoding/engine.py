@@ -148,7 +148,7 @@ def speculate(pair: ModelPair, prompt_ids: list[int], policy: Policy, max_new_to
             draft_ids=proposal.ids, draft_probs=proposal.probs, draft_entropies=proposal.entropies,
             accepted=accepted, target_id=target_token if len(committed) > accepted else None,
             draft_passes=proposal.passes, draft_s=proposal.seconds, verify_s=verify_s, threshold=threshold,
-            draft_prefill_s=proposal.prefill_s, draft_source=proposal.source,
+            draft_prefill_s=proposal.prefill_s, draft_source=proposal.source, draft_copied=proposal.copied,
         ))
         if hit_eos or len(answer) >= max_new_tokens:
             trace.stop_reason = "eos" if hit_eos else "max_new_tokens"

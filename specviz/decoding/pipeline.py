@@ -237,7 +237,7 @@ class ComparisonRun:
             preset=pair.preset, prompt=request.prompt, max_new_tokens=request.max_new_tokens, baseline=None,
             traces=[], temperature=request.temperature, seed=request.seed if not greedy else None,
             prompt_tokens=len(self.prompt_ids), draft_row_exact=pair.draft_row_exact, draft=request.draft,
-            prompt_ids=list(self.prompt_ids) if self.draft.from_text else None)
+            prompt_ids=list(self.prompt_ids) if self.draft.keeps_prompt else None)
         self.make_drafter = self.draft.make(request.draft.params)
         self.oracle: Oracle | None = None
 

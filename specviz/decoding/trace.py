@@ -42,6 +42,9 @@ class Round:
     threshold: float | None = None  # confidence threshold in force, for threshold policies
     oracle_ideal: int | None = None  # the oracle's ideal lookahead at `position` (greedy runs)
     draft_source: int | None = None  # a text draft's (a lookup's): where in the text its tokens were copied from
+    # How many of the draft tokens, from the first, were copied from `draft_source`; None: all of them (a
+    # lookup's round). A hybrid draft's round copies some and its draft model drafts the rest.
+    draft_copied: int | None = None
     draft_texts: list[str] = field(default_factory=list)  # display text of each draft token
     target_text: str | None = None
 
@@ -56,6 +59,10 @@ class Round:
     @property
     def rejected(self) -> int:
         return self.lookahead - self.accepted
+
+    def copied(self, i: int) -> bool:
+        """Whether draft token `i` was copied from the text (at `draft_source + i`), not drafted by a model."""
+        return self.draft_source is not None and (self.draft_copied is None or i < self.draft_copied)
 
     @property
     def committed_ids(self) -> list[int]:
@@ -371,6 +378,8 @@ def _round_dict(r: Round) -> dict[str, Any]:
     d = asdict(r)
     if d["draft_source"] is None:  # a model draft's rounds: files as before text drafts existed
         del d["draft_source"]
+    if d["draft_copied"] is None:  # a lookup's or a model's rounds: files as before the hybrid draft
+        del d["draft_copied"]
     d["lookahead"] = r.lookahead
     d["target_kind"] = r.target_kind
     return d

@@ -21,6 +21,11 @@ and the answer before it, so the replay recomputes it there with the kind's prop
 (`replay_text_passes`), and everything it counts is exact. It makes no draft pass; a round it
 drafted nothing in is a plain pass, priced as one.
 
+A draft kind may bring its own replay (`DraftKind.replay`, given what the comparison keeps: the
+prompt where the kind `keeps_prompt`, the draft's table from its oracle): the hybrid draft
+(decoding/hybrid.py) recomputes each round's copy from the text and takes the model's guesses
+from the table.
+
 Time is modeled from the per-pass costs measured in the real run (explain.costs: the prompt's
 prefill priced once per prompt, apart from the per-token passes).
 """
@@ -166,13 +171,14 @@ class ReplayedPasses:
 
 
 def can_replay(comparison: Comparison) -> bool:
-    """A whole greedy run with what the replay needs: the draft table, or, for a draft read from
-    the text, the prompt."""
+    """A whole greedy run with what the replay needs: the draft table, the prompt for a draft that
+    keeps it, and only the prompt for a draft read from the text."""
     if comparison.baseline is None or comparison.temperature > 0:
         return False
-    if comparison.draft.kind.from_text:
-        return comparison.prompt_ids is not None
-    return comparison.draft_along_reference is not None
+    kind = comparison.draft.kind
+    if kind.keeps_prompt and comparison.prompt_ids is None:
+        return False
+    return kind.from_text or comparison.draft_along_reference is not None
 
 
 def replayed_passes(comparison: Comparison, policy: Policy, eos_ids: Iterable[int] = (),
@@ -182,11 +188,19 @@ def replayed_passes(comparison: Comparison, policy: Policy, eos_ids: Iterable[in
         raise ValueError("what-if replays need a whole greedy run (its draft table or prompt, and its baseline)")
     reference = comparison.reference_ids()
     kind = comparison.draft.kind
+    eos_ids = frozenset(eos_ids)
+    if not kind.from_text:
+        seen = seen if seen is not None else observations(comparison)
+    own = kind.replay(policy, comparison.draft.params, prompt_ids=comparison.prompt_ids, reference=reference,
+                      along=comparison.draft_along_reference, max_new_tokens=comparison.max_new_tokens,
+                      eos_ids=eos_ids, row_exact=comparison.draft_row_exact,
+                      observed=seen.round_starts if seen is not None else None)
+    if own is not None:  # the kind's own replay (the hybrid draft's)
+        return ReplayedPasses(*own)
     if kind.from_text:  # its proposals recomputed from the text: no table, no draft pass
         target, plain = replay_text_passes(policy, comparison.prompt_ids, reference,
                                            kind.proposer(comparison.draft.params), comparison.max_new_tokens, eos_ids)
         return ReplayedPasses(target, 0, plain)
-    seen = seen if seen is not None else observations(comparison)
     target, draft = replay_passes(policy, reference, comparison.draft_along_reference, comparison.max_new_tokens,
                                   eos_ids, seen, comparison.prompt_tokens, comparison.draft_row_exact)
     return ReplayedPasses(target, draft, 0)

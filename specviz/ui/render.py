@@ -83,6 +83,8 @@ TOKEN_CSS = """
   outline-offset: -1px;
 }
 .tok-pending { """ + PENDING_LOOK + """ }
+/* A hybrid draft's round: the tokens copied from the text in italics, the draft model's upright. */
+.tok[data-source="copied"] { font-style: italic; }
 /* A token that is only whitespace would be an invisible or zero-width cell. The marker comes
    from CSS generated content, which browsers do not copy, so copy/paste keeps the real text. */
 .tok-ws::before {
@@ -150,13 +152,17 @@ def _whitespace_marker(text: str) -> str | None:
     return "␣"
 
 
-def _token_span(text: str, kind: str, round_index: int, title: str) -> str:
+def _token_span(text: str, kind: str, round_index: int, title: str, source: str | None = None) -> str:
+    """One token; `source`: what drafted it, in a round that mixes sources ("copied" or "model", a
+    hybrid draft's round), else None."""
     classes = f"tok tok-{kind}"
     marker = _whitespace_marker(text)
     ws_attr = ""
     if marker is not None:
         classes += " tok-ws"
         ws_attr = f' data-ws="{_esc(marker)}"'
+    if source is not None:
+        ws_attr += f' data-source="{source}"'
     return (
         f'<span class="{classes}" data-round="{round_index}" title="{_esc(title)}"{ws_attr}>'
         f"{_esc(text)}</span>"
@@ -170,12 +176,15 @@ def _draft_text(r: Round, i: int) -> str:
 
 def _draft_title(r: Round, i: int, kind: str) -> str:
     parts = [f"round {r.index}"]
-    if r.draft_source is not None:  # a lookup draft: p is the share of earlier occurrences that continue so
+    if r.copied(i):  # a lookup's copy: p is the share of earlier occurrences that continue so
         parts.append(f"copied from token {r.draft_source + i} of the prompt and answer")
         if i < len(r.draft_probs):
             parts.append(f"share p={r.draft_probs[i]:.2f}")
-    elif i < len(r.draft_probs):
-        parts.append(f"draft p={r.draft_probs[i]:.2f}")
+    else:
+        if r.draft_copied is not None:  # a hybrid draft's round: the model drafted after the copy
+            parts.append("drafted by the draft model")
+        if i < len(r.draft_probs):
+            parts.append(f"draft p={r.draft_probs[i]:.2f}")
     parts.append(kind)
     return " · ".join(parts)
 
@@ -184,7 +193,8 @@ def _round_html(r: Round, current_round: int | None) -> str:
     spans = []
     for i in range(r.lookahead):
         kind = "accepted" if i < r.accepted else "rejected"
-        spans.append(_token_span(_draft_text(r, i), kind, r.index, _draft_title(r, i, kind)))
+        source = None if r.draft_copied is None else "copied" if r.copied(i) else "model"
+        spans.append(_token_span(_draft_text(r, i), kind, r.index, _draft_title(r, i, kind), source))
     if r.target_id is not None:
         kind = r.target_kind or "correction"
         text = r.target_text if r.target_text is not None else f"[{r.target_id}]"

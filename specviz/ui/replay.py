@@ -137,6 +137,7 @@ class ReplayStep:
     target_passes: int  # so far, this round included
     draft_passes: int  # so far, this round included
     copied_from: int | None = None  # a lookup draft's: where in the prompt and answer it copied from
+    copied: int | None = None  # how many of its tokens were copied (None: all); a hybrid draft's model drafts the rest
 
 
 def replay_step(trace: Trace, index: int, eos_ids: Collection[int] = ()) -> ReplayStep:
@@ -160,7 +161,8 @@ def replay_step(trace: Trace, index: int, eos_ids: Collection[int] = ()) -> Repl
     return ReplayStep(label=trace.label, index=index, rounds=len(trace.rounds), context="".join(context),
                       tokens=tokens, stop=stop_reason(r, trace, eos_ids), added_text=added, added_kind=r.target_kind,
                       budget=r.budget, threshold=r.threshold, target_passes=index + 1,
-                      draft_passes=sum(x.draft_passes for x in trace.rounds[: index + 1]), copied_from=r.draft_source)
+                      draft_passes=sum(x.draft_passes for x in trace.rounds[: index + 1]), copied_from=r.draft_source,
+                      copied=r.draft_copied)
 
 
 def visible_whitespace(text: str) -> str:
@@ -170,6 +172,20 @@ def visible_whitespace(text: str) -> str:
 
 _VERDICT_TEXT = {"accepted": "accepted", "rejected": "rejected: the target disagrees",
                  "discarded": "thrown away (after a rejection)"}
+
+
+def _copied_part(step: ReplayStep) -> str:
+    """A hybrid round's copied share: "the first 3 tokens " ("" when every token was copied)."""
+    if step.copied is None or step.copied >= len(step.tokens):
+        return ""
+    return f"the first {step.copied} token{'s' if step.copied != 1 else ''} "
+
+
+def _modeled_part(step: ReplayStep) -> str:
+    """The rest of a hybrid round: "; the rest by the draft model (probability: its own)"."""
+    if step.copied is None or step.copied >= len(step.tokens):
+        return ""
+    return "; the rest drafted by the draft model (probability: its own)"
 
 
 def replay_html(step: ReplayStep) -> str:
@@ -201,8 +217,9 @@ def replay_html(step: ReplayStep) -> str:
                  f"</span> ({what})")
     threshold = "" if step.threshold is None else f" · threshold in force {step.threshold:.2f}"
     copied = "" if step.copied_from is None else (
-        f' <span data-replay="copied">copied from token {step.copied_from} of the prompt and answer on (prompt '
-        "lookup; probability: the share of the matched n-gram's earlier occurrences that continue so)</span>")
+        f' <span data-replay="copied">{_copied_part(step)}copied from token {step.copied_from} of the prompt and '
+        "answer on (prompt lookup; probability: the share of the matched n-gram's earlier occurrences that "
+        f"continue so){_modeled_part(step)}</span>")
     return (
         f'<div class="specviz-replay" data-round="{step.index}" data-label="{e(step.label)}">'
         f'<div class="replay-head">Round <span data-replay="round">{step.index + 1}</span> of '
