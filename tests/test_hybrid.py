@@ -209,8 +209,9 @@ def test_the_hybrid_ideal_is_the_models_where_nothing_is_copied_and_runs_on_afte
         if not copy:  # nothing copied: the model's own ideal
             assert found == model_ideal[position]
             uncopied += 1
-        elif reference[position:position + len(copy)] == copy and position + len(copy) < len(reference):
-            assert found == len(copy) + model_ideal[position + len(copy)]  # the model drafts on after the copy
+        elif reference[position:position + len(copy)] == copy:  # a right copy: the model drafts on after it
+            after = position + len(copy)
+            assert found == len(copy) + (model_ideal[after] if after < len(reference) else 0)
         else:
             assert found < len(copy)  # the copy goes wrong first
     assert uncopied > 0
