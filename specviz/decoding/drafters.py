@@ -145,18 +145,23 @@ class ModelDrafter:
                 eos_ids: frozenset[int]) -> Proposal:
         """Up to `budget` tokens, one draft forward pass each (plus the catch-up calls)."""
         proposal = Proposal()
-        if budget <= 0:
-            return proposal
-        logits = self.start(sequence)
-        for index in range(budget):
+        if budget > 0:
+            self.draft_on(proposal, sequence, budget, policy, sampler, eos_ids)
+        return proposal
+
+    def draft_on(self, proposal: Proposal, text: list[int], budget: int, policy: Policy, sampler: Sampler,
+                 eos_ids: frozenset[int]) -> None:
+        """The model's tokens after `text`, added to `proposal` and numbered on after what it holds
+        (a hybrid draft's copied tokens), until the budget, an EOS or the policy stops them."""
+        logits = self.start(text)
+        for index in range(len(proposal.ids), budget):
             distribution = sampler.distribution(logits)
             token = sampler.pick(distribution)
             step = DraftStep(index, token, *describe(distribution, token))
             proposal.add(step, distribution)
             if token in eos_ids or not policy.keep_drafting(step) or index + 1 == budget:
-                break
+                return
             logits = self.next(token)
-        return proposal
 
     def accept(self, sequence: list[int], accepted: int) -> None:
         """Nothing now: the committed tokens are read at the next start (the catch-up), so that

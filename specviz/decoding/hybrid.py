@@ -99,24 +99,8 @@ class HybridDrafter:
         if steps:
             proposal.source = found.source
         if more and len(steps) < budget:
-            self._model_steps(proposal, sequence + proposal.ids, budget, policy, sampler, eos_ids)
+            self.model.draft_on(proposal, sequence + proposal.ids, budget, policy, sampler, eos_ids)
         return proposal
-
-    def _model_steps(self, proposal: Proposal, text: list[int], budget: int, policy: Policy, sampler: Sampler,
-                     eos_ids: frozenset[int]) -> None:
-        """The model's tokens after `text` (the committed ones and the copied ones), as
-        ModelDrafter.propose drafts them, numbered on after the copied ones."""
-        from .drafters import describe
-
-        logits = self.model.start(text)
-        for index in range(len(proposal.ids), budget):
-            distribution = sampler.distribution(logits)
-            token = sampler.pick(distribution)
-            step = DraftStep(index, token, *describe(distribution, token))
-            proposal.add(step, distribution)
-            if token in eos_ids or not policy.keep_drafting(step) or index + 1 == budget:
-                return
-            logits = self.model.next(token)
 
     def _certain(self, token: int) -> torch.Tensor:
         """A copied token's distribution for speculative sampling: all on it (as drafters.TextDrafter's)."""
