@@ -460,7 +460,7 @@ class CostAware(Policy):
         round leaves, the debt beyond it set aside (see the class's docstring)."""
         if not self.prices.catch_up_ms:
             return self.prices.draft_call_ms
-        return self.prices.catch_up(max(1, min(self.feeding.backlog(position), STEADY_BACKLOG)))
+        return self.prices.catch_up(min(self.feeding.backlog(position), STEADY_BACKLOG))
 
     def plan(self, position: int) -> RoundPlan:
         """The round as the rule would draft it, stopped at its best window, or window 0 where no
@@ -473,8 +473,8 @@ class CostAware(Policy):
         tokens, alive = 1.0 + first, first
         for window in range(1, self.max_tokens + 1):
             if window > 1:
-                if alive * later / (call + verify(window + 1) - verify(window)) <= bar:
-                    break  # the token-by-token test would stop before this token
+                if not Decision(window, alive * later, call + verify(window + 1) - verify(window), bar).drafts:
+                    break  # keep_drafting's test would stop before this token
                 alive *= later
                 tokens += alive
             cost = first_ms + (window - 1) * call + verify(window + 1)
