@@ -45,17 +45,6 @@ if TYPE_CHECKING:
 DraftView = tuple[int, float, float]  # token, probability, entropy
 
 
-def copied_steps(found: lookup.Lookup, budget: int, policy: Policy) -> tuple[list[DraftStep], bool]:
-    """The copied steps a round drafts (at most `budget`, until the policy stops; the token it
-    stops on is still sent, as lookup.drafted does), and whether the policy drafts on after them."""
-    steps = []
-    for index, view in enumerate(zip(found.ids[:budget], found.probs, found.entropies)):
-        steps.append(DraftStep(index, *view))
-        if not policy.keep_drafting(steps[-1]):
-            return steps, False
-    return steps, True
-
-
 class HybridDrafter:
     """Lookup's copy where the context matches, then the draft model (see the module's docstring).
     Its passes are the model's; a round that only copies makes none."""
@@ -92,7 +81,7 @@ class HybridDrafter:
         if budget <= 0:
             return proposal
         found = lookup.propose(sequence, self.settings, eos_ids)
-        steps, more = copied_steps(found, budget, policy)
+        steps, more = lookup.drafted_and_more(found, budget, policy)
         for step in steps:
             proposal.add(step, None if sampler.greedy else self._certain(step.token_id))
         proposal.copied = len(steps)  # 0: no match, the model drafts every token (the page marks each)

@@ -102,12 +102,18 @@ def drafted(found: Lookup, budget: int, policy: Policy) -> list[DraftStep]:
     """The steps a round drafts from a proposal: at most `budget` tokens, until the policy stops
     (the token it stops on is still sent, as with a model draft). The engine and the what-if
     replay both draft this way, so the replay meets what a run did."""
+    return drafted_and_more(found, budget, policy)[0]
+
+
+def drafted_and_more(found: Lookup, budget: int, policy: Policy) -> tuple[list[DraftStep], bool]:
+    """`drafted`'s steps, and whether the policy would draft on past them (a hybrid draft's model
+    then takes over)."""
     steps = []
     for index, (token, prob, entropy) in enumerate(zip(found.ids[:budget], found.probs, found.entropies)):
         steps.append(DraftStep(index, token, prob, entropy))
         if not policy.keep_drafting(steps[-1]):
-            break
-    return steps
+            return steps, False
+    return steps, True
 
 
 def _shares(text: list[int], found: list[int], size: int, copied: list[int]) -> tuple[list[float], list[float]]:
