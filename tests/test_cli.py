@@ -81,6 +81,7 @@ def test_sampling_run_has_no_oracle_and_no_identity_check(tmp_path):
     assert all(m["lossless"] is None for m in data["modes"]) and data["oracle_ideal"] is None
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_load_is_one_line_and_exit_code_1(tmp_path):
     not_a_folder = tmp_path / "cache-is-a-file"
     not_a_folder.write_text("not a folder")

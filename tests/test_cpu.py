@@ -116,6 +116,7 @@ def test_without_native_bf16_the_target_is_fp32_packed_where_that_is_row_exact_a
     assert isinstance(packing.fp32_packing_pays(wide_llama(0)), bool)  # the measurement itself runs
 
 
+@pytest.mark.slow
 def test_the_fp32_packed_set_up_is_row_exact_where_chosen_and_computes_what_fp32_computes():
     model = wide_llama(0)
     ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(2)).tolist()
@@ -130,6 +131,7 @@ def test_the_fp32_packed_set_up_is_row_exact_where_chosen_and_computes_what_fp32
     assert cpu.rows_exact(model, window=8) and cpu.rows_exact(model, window=20)
 
 
+@pytest.mark.slow
 def test_greedy_speculation_is_lossless_on_the_fp32_packed_set_up_over_many_prompts():
     target = wide_llama(3)
     draft = noisy_copy(target, 0.3, seed=4)
@@ -233,6 +235,7 @@ def test_row_attention_computes_what_sdpa_computes():
     assert torch.allclose(logits(model, ids), expected, atol=1e-5)
 
 
+@pytest.mark.slow
 @needs_bf16
 def test_the_bf16_set_up_gives_a_row_the_same_bits_in_any_window():
     model = wide_llama(0)
@@ -264,6 +267,7 @@ def test_the_bf16_set_up_stays_close_to_fp32():
     assert torch.allclose(logits(model, ids), expected, atol=0.15, rtol=0.02)
 
 
+@pytest.mark.slow
 @needs_bf16
 def test_greedy_speculation_is_lossless_on_the_bf16_set_up_over_many_prompts():
     target = wide_llama(3)
@@ -291,6 +295,7 @@ def test_window_products_compute_what_fp32_computes_on_the_same_weights():
     assert torch.allclose(fp32.WindowLinear(with_bias)(x), with_bias(x), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_greedy_speculation_gives_todays_tokens_on_the_window_set_up_over_many_prompts():
     """The same answer as fp32 as loaded, and lossless, whatever the policy and prompt."""
     target = wide_llama(3)
@@ -329,6 +334,7 @@ def test_the_draft_is_int4_where_a_one_row_int4_product_measures_faster(monkeypa
     assert setups.choose_draft({cpu.DRAFT_SETUP_ENV: "int4"}, WITHOUT_BF16, draft).setup == "int4"
 
 
+@pytest.mark.slow
 def test_an_int4_draft_guesses_nearly_as_the_fp32_one_and_speculation_stays_lossless():
     """Lossy weights change some of the draft's guesses, never the answer: the target decides."""
     target = wide_llama(3)

@@ -197,6 +197,7 @@ def total_variation(counts, expected):
     return 0.5 * float((observed - expected).abs().sum())
 
 
+@pytest.mark.slow
 def test_speculative_sampling_keeps_the_target_distribution(tiny_unrelated_pair):
     tiny_pair = tiny_unrelated_pair
     prompt, temperature, draws = [2, 5, 1], 1.0, 1500
@@ -227,6 +228,7 @@ def test_sampling_is_reproducible_with_a_seed(tiny_pair):
     assert a.token_ids != c.token_ids
 
 
+@pytest.mark.slow
 def test_target_only_sampling_matches_target_distribution(tiny_unrelated_pair):
     tiny_pair = tiny_unrelated_pair
     prompt = [2, 5, 1]

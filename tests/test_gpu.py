@@ -136,6 +136,7 @@ def test_the_app_and_the_study_reach_the_models_only_through_gpu_work(path):
             assert names is not None and name not in names, f"{path.name} imports {name} from {module}"
 
 
+@pytest.mark.slow
 def test_every_forward_pass_of_the_app_the_api_and_the_study_is_gpu_work(tmp_path, restore_threads):
     """Hooks on both models record, for every forward pass, whether it ran inside gpu_work (on the
     token embeddings, which every pass reads once, the lean pass of pair/forward.py too)."""

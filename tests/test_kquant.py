@@ -163,6 +163,7 @@ def random_packing(model, seed: int) -> dict[str, kquant.Packed]:
     return packed
 
 
+@pytest.mark.slow
 @needs_kernel
 def test_a_target_on_k_quant_codes_is_row_exact_and_lossless(kernel):
     target, draft = kquant_llama(0), kquant_llama(0)
@@ -203,6 +204,7 @@ def test_layers_reading_one_input_run_as_one_call_with_the_same_bits(kernel):
         assert torch.equal(together, target(input_ids=ids).logits)
 
 
+@pytest.mark.slow
 def test_the_set_up_is_chosen_by_what_the_cpu_can_do(kernel, monkeypatch):
     model = kquant_llama(1)
     packed = random_packing(model, 1)
@@ -278,6 +280,7 @@ def test_the_row_exact_probe_takes_a_small_vocabulary_whatever_the_special_token
     assert kquant_codes.kquant_rows_exact(model, kernel)
 
 
+@pytest.mark.slow
 def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeypatch):
     draft = kquant_llama(2)
     monkeypatch.setattr(kquant_codes, "kquant_kernel", lambda found, cache: (kernel, ""))
@@ -306,6 +309,7 @@ def mapped(path: Path) -> bool:
     return str(path) in Path("/proc/self/maps").read_text()
 
 
+@pytest.mark.slow
 @needs_kernel
 def test_the_k_quant_set_ups_let_the_loaded_weights_file_go(kernel, tmp_path):
     """A safetensors file is mapped whole and the pages a load read stay resident while any tensor of

@@ -134,6 +134,7 @@ def test_the_oracle_may_stop_short_of_the_ideal_when_that_saves_a_round():
     assert fewest_rounds([3, 2, 1, 0]) == [3, 2, 1, 0]  # a model draft's shape: the greedy plan
 
 
+@pytest.mark.slow
 def test_sampling_with_a_lookup_draft_runs_and_keeps_the_target_distribution(tiny_unrelated_pair):
     """A lookup draft's proposal is certain, so rejection sampling keeps a copied token with the
     target's own probability for it. Over many seeds, the first answer token's frequencies match

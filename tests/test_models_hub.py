@@ -58,6 +58,7 @@ def test_the_360m_preset_names_the_separately_trained_pair():
                                                              "HuggingFaceTB/SmolLM2-135M-Instruct", False)
 
 
+@pytest.mark.slow
 def test_a_hub_preset_loads_through_from_pretrained_and_runs(local_hub_preset):
     pair = models.load_pair("smollm2-360m")
     assert pair.preset == "smollm2-360m" and pair.vocab_size == len(WORDS)
@@ -68,6 +69,7 @@ def test_a_hub_preset_loads_through_from_pretrained_and_runs(local_hub_preset):
     assert all(t.lossless for t in comparison.traces)  # fp32 greedy: every policy equals target-only
 
 
+@pytest.mark.slow
 def test_a_hub_preset_with_a_missing_model_fails_with_the_presets_name(local_hub_preset, tmp_path, monkeypatch):
     broken = dataclasses.replace(local_hub_preset, draft=str(tmp_path / "nowhere"))
     monkeypatch.setitem(presets.PRESETS, "smollm2-360m", broken)
@@ -88,6 +90,7 @@ def test_an_unknown_default_preset_falls_back_with_a_warning(caplog, name):
     assert presets.DEFAULT_PRESET_ENV in caplog.text and "not a listed preset" in caplog.text
 
 
+@pytest.mark.slow
 def test_the_environment_sets_the_default_at_startup():
     env = {**os.environ, presets.DEFAULT_PRESET_ENV: "smollm2-360m"}
     shown = subprocess.run([sys.executable, "-m", "specviz", "presets"], env=env, capture_output=True, text=True,

@@ -41,6 +41,7 @@ def test_imports_no_torch(modules):
     assert loaded_after(modules) == set()
 
 
+@pytest.mark.slow
 def test_the_check_sees_torch():
     """The same check flags a module that does load torch (the pair's CPU set-up)."""
     pytest.importorskip("torch")

@@ -53,6 +53,7 @@ def machine_paths(name: str, data: bytes) -> list[str]:
     return [f.decode("utf-8", "replace") for f in found if not (name.endswith(".md") and f == TMP_IN_PROSE)]
 
 
+@pytest.mark.slow
 def test_no_tracked_file_names_a_machines_own_folders():
     found = {}
     for name in tracked():

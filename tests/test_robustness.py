@@ -227,6 +227,7 @@ def test_a_tiny_time_budget_shows_partial_results_marked_partial(bundled_pair, m
 
 
 
+@pytest.mark.slow
 def test_a_stopped_run_ends_by_itself_and_its_last_message_says_stopped(bundled_pair):
     """Stop does not cancel the run through Gradio (an update sent just before could reach the page
     after Stop's own answer and replace "Stopped", as it once did in CI): the run sees the Stop at

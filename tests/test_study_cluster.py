@@ -164,6 +164,7 @@ def test_ray_options_are_checked_first_and_a_missing_ray_is_one_line(tmp_path, m
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_two_ray_workers_record_what_one_process_records(local_ray, tmp_path, monkeypatch, restore_threads,
                                                          capsys):
     from specviz.cli import main
@@ -194,6 +195,7 @@ def test_two_ray_workers_record_what_one_process_records(local_ray, tmp_path, mo
     assert invocation["prompts_run"] == 3 and invocation["torch_threads"] == 1
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_prompt_loses_nothing_and_doubles_nothing(local_ray, tmp_path, monkeypatch, capsys):
     from specviz.cli import main
 

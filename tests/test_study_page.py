@@ -9,6 +9,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from specviz.cli import main
 from specviz.study.folders import study_runs
 from specviz.study.records import ModeResult, PromptResult, RoundRecord
@@ -125,6 +127,7 @@ def _page_command(page: str) -> str:
     return re.search(r"made from the kept records by `(python -m specviz study --report-only [^`]+)`", page).group(1)
 
 
+@pytest.mark.slow
 def test_the_page_of_record_is_what_its_command_makes():
     """docs/STUDY.md is never edited by hand: the command it names, run now on the kept records,
     writes it exactly (after a new run or a change to the report, run that command)."""

@@ -8,6 +8,8 @@ before 2026-12-07 were made with the first-token start test (issue 60 replaced i
 
 from __future__ import annotations
 
+import pytest
+
 from specviz.decoding.policies import CostAware
 from specviz.explain.costs import plain_passes
 from specviz.study import variants as whatif
@@ -19,6 +21,7 @@ BUNDLED = {"smollm2-135m-int8", "smollm2-135m-bf16"}
 SHIPPED_SINCE = "2026-12-07"  # the day the round's start test replaced the first token's (issue 60)
 
 
+@pytest.mark.slow
 def test_the_rule_each_run_was_made_with_replays_to_its_recorded_passes_on_the_bundled_pairs():
     suites = [s for s in whatif.load() if set(parse_run(s.study).presets) <= BUNDLED]
     assert {s.preset for s in suites} == BUNDLED

@@ -110,6 +110,7 @@ def test_the_shipped_list_pins_the_files_the_preset_joins():
     assert preset.large and preset.draft_dtype == "float32"
 
 
+@pytest.mark.slow
 def test_set_up_downloads_joins_unpacks_and_the_preset_runs_lossless(cache, tiny, monkeypatch):
     messages: list[str] = []
     folders = set_up(tiny, messages=messages)
@@ -151,6 +152,7 @@ def test_set_up_downloads_joins_unpacks_and_the_preset_runs_lossless(cache, tiny
     assert sum(r.rejected for t in comparison.traces for r in t.rounds) > 0  # a draft that does disagree
 
 
+@pytest.mark.slow
 def test_the_loaded_pair_is_set_up_for_this_cpu_and_stays_lossless(cache, tiny, monkeypatch):
     """With no set-up forced, the pair gets what pair/setups/ chooses for this machine, says so, and every
     greedy policy still reproduces target-only decoding in that set-up."""
@@ -169,6 +171,7 @@ def test_the_loaded_pair_is_set_up_for_this_cpu_and_stays_lossless(cache, tiny, 
     assert [t.lossless for t in comparison.traces] == [True] * 4
 
 
+@pytest.mark.slow
 def test_a_joined_gguf_in_the_cache_is_unpacked_once_then_deleted(cache, tiny):
     preset = presets.PRESETS[PRESET]
     for model in (weights.SET_UP_MODELS[preset.target], weights.SET_UP_MODELS[preset.draft]):
@@ -179,6 +182,7 @@ def test_a_joined_gguf_in_the_cache_is_unpacked_once_then_deleted(cache, tiny):
     assert leftovers(cache) == []  # the GGUFs went once the copies loaded
 
 
+@pytest.mark.slow
 def test_draft_dtype_is_the_presets(cache, tiny, monkeypatch):
     set_up(tiny)
     monkeypatch.setitem(presets.PRESETS, PRESET, replace(presets.PRESETS[PRESET], draft_dtype="bfloat16"))
@@ -212,6 +216,7 @@ def test_without_the_set_up_the_hub_ids_load_where_the_hub_is_reachable(cache, t
     assert leftovers(cache) == [] and not (cache / "tiny-target-fp32").exists()  # the hub's copy, not the cache's
 
 
+@pytest.mark.slow
 def test_the_cli_sets_the_pair_up(cache, tiny, capsys):
     from specviz.cli import main
 
