@@ -218,7 +218,10 @@ def _probe_in_child(library: Path, command: Sequence[str] | None) -> Verdict:
     except OSError as error:
         return Verdict(0, f"the probe did not start ({error.strerror})")
     if done.returncode < 0:
-        return Verdict(0, f"the probe died of {signal.Signals(-done.returncode).name}")
+        try:
+            return Verdict(0, f"the probe died of {signal.Signals(-done.returncode).name}")
+        except ValueError:
+            return Verdict(0, f"the probe died of signal {-done.returncode}")
     lines = done.stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1])
