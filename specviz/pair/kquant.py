@@ -321,7 +321,7 @@ class KQuantLinear(torch.nn.Module):
 
     def __init__(self, packed: Packed, bias: torch.Tensor | None, library: Path, tiles_from_rows: int = 0):
         super().__init__()
-        self.packed, self.library = packed, library
+        self.packed, self.library, self.tiles_from_rows = packed, library, tiles_from_rows
         self.in_features, self.out_features = packed.in_features, packed.out_features
         # a copy of its own: the loaded bias may lie in the weights file's mapping (cpu.own_memory)
         self.bias = None if bias is None else bias.detach().float().clone()
