@@ -28,6 +28,12 @@
  * the group's scales (int16 pairs summed in int32 and scaled), as llama.cpp does on AVX2. Several
  * steps' int16 sums are added before vpmaddwd: a code is at most 15 (4-bit) or 63 (6-bit) and an
  * activation at most 127 in size, so 16 or 4 products stay below 2^15 and every sum is exact.
+ *
+ * AMX (kquant_tiles.h, for calls of several rows: kq_linear_tiles): per tile and group, one int8 tile
+ * product gives up to 16 rows' exact group dots at once (the rows' activations as tile A, the
+ * group's 64-byte steps, unpacked to a byte a code, as tile B: the layout above is already B's),
+ * then the float combine is this file's body's, operation for operation, so a row's bits do not
+ * depend on which body ran it.
  */
 #include <immintrin.h>
 #include <math.h>

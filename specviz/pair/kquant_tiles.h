@@ -1,6 +1,8 @@
-/* The K-quant kernel's body on Intel AMX int8 tiles, for calls of several rows (included by kquant.c,
- * in its AVX512-VNNI build only: every AMX CPU has AVX512-VNNI, and this body's float combine is the
- * VNNI body's, operation for operation, so that a row's result is the same bits on either body).
+/* The K-quant kernel's body on Intel AMX int8 tiles, for calls of several rows (included by kquant.c).
+ * Every AMX CPU has AVX512-VNNI, so the real body sits beside the VNNI body, and its float combine is
+ * that body's, operation for operation: a row's result is the same bits on either. The reference
+ * build also sits beside the AVX2 body, with that body's combine, so the tests hold the tiles'
+ * packing and indexing to the bits of whichever body a CPU has.
  *
  * One tile product a group: per tile of 16 output channels, group g of G inputs and up to 16 rows,
  *   C[row][channel] = sum over the group's inputs i of xq[row][i] * code[channel][i]   (int32, exact)
@@ -8,14 +10,14 @@
  * (rows x G bytes, stride K); B is the group's codes in the kernel's step layout (G/4 rows of 64
  * bytes: byte 4*j + t of row s is channel j's code at input 4*s + t), which is the tile B layout
  * itself, so the 8-bit layout loads as it is and 4- and 6-bit codes are unpacked into 64-byte steps
- * as the VNNI body unpacks them; C's rows are the rows' 16-channel vectors, which the combine reads
+ * as the other bodies unpack them; C's rows are the rows' 16-channel vectors, which the combine reads
  * as the VNNI body reads its dots. (TDPBUSD, codes in A, would leave C transposed: channel by row.)
  *
  * The tile operations go through the layer below: the instructions where compiled for AMX
  * (-mamx-tile -mamx-int8), else, or with -DKQ_TILE_REFERENCE, a portable C version of each that
  * follows the ISA's semantics (rows and bytes per row from the configuration, strides, zeroed rows
  * and bytes beyond them), so that this body's packing, tiling and indexing run in the tests on any
- * CPU with the VNNI body and must equal it bit for bit.
+ * CPU and must equal its body bit for bit.
  */
 #include <errno.h>
 #include <string.h>
@@ -25,9 +27,10 @@
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && !defined(KQ_TILE_REFERENCE)
 #define KQ_TILES_REAL 1
 #endif
-/* The body is built where it can run for real, or where the tests ask for the reference; a build
- * with neither (any CPU without AMX, in use) has only the layer, for kq_tile_product's tests. */
-#if defined(__AVX512VNNI__) && (defined(KQ_TILES_REAL) || defined(KQ_TILE_REFERENCE))
+/* The body is built where it can run for real, or where the tests ask for the reference (beside
+ * either body: its float combine is then the AVX2 body's); a build with neither (any CPU without
+ * AMX, in use) has only the layer, for kq_tile_product's tests. */
+#if defined(KQ_TILES_REAL) || defined(KQ_TILE_REFERENCE)
 #define KQ_TILES_BODY 1
 #endif
 
@@ -150,37 +153,57 @@ static void configure_for(int rows, int G) {
     tile_configure(&config);
 }
 
-/* A group's codes as 64-byte steps, one code a byte (tile B): the VNNI body's unpacking, stored. */
+/* A group's 4- or 6-bit codes as 64-byte steps, one code a byte (tile B): the bodies' unpacking,
+ * stored, a 32-byte half (8 channels) at a time. */
 static inline __attribute__((always_inline)) void unpacked_steps(const int steps, const int bits, const uint8_t *gc,
                                                                  uint8_t *into) {
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    if (bits == 4) {
-        for (int p = 0; p < steps / 2; p++) {
-            const __m512i v = _mm512_loadu_si512((const void *)(gc + 64 * p));
-            _mm512_storeu_si512((void *)(into + 64 * p), _mm512_and_si512(v, low));
-            _mm512_storeu_si512((void *)(into + 64 * (p + steps / 2)), _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
-        }
-    } else if (bits == 6) {
-        __m256i first[4], second[4];
-        six_bit_half(gc, 0, first);
-        six_bit_half(gc, 1, second);
-        for (int s = 0; s < 4; s++) {
-            _mm256_storeu_si256((__m256i *)(into + 64 * s), first[s]);
-            _mm256_storeu_si256((__m256i *)(into + 64 * s + 32), second[s]);
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    for (int h = 0; h < 2; h++) {
+        if (bits == 4) {
+            for (int p = 0; p < steps / 2; p++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(gc + 64 * p + 32 * h));
+                _mm256_storeu_si256((__m256i *)(into + 64 * p + 32 * h), _mm256_and_si256(v, low));
+                _mm256_storeu_si256((__m256i *)(into + 64 * (p + steps / 2) + 32 * h),
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), low));
+            }
+        } else {
+            __m256i w[4];
+            six_bit_half(gc, h, w);
+            for (int s = 0; s < 4; s++) _mm256_storeu_si256((__m256i *)(into + 64 * s + 32 * h), w[s]);
         }
     }
 }
 
-/* tile_rows (kquant.c) for up to 16 rows, its group dots from one tile product each; every float
- * operation is the VNNI body's, in its order, so each row's result is the same bits. */
-static inline __attribute__((always_inline)) void tile_rows_amx(
-    const int steps, const int bits, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc,
-    const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,
-    const float *bias, float *out, int N) {
+/* One group's exact dots for up to 16 rows of one tile: dots[r][j] = row r's G activations (xg, rows
+ * K bytes apart) . channel j's G codes (gc), one tile product. */
+static inline __attribute__((always_inline)) void group_dots(const int steps, const int bits, const uint8_t *gc,
+                                                             const int8_t *xg, int K, int32_t dots[TILE_ROWS][TILE]) {
+    uint8_t unpacked[8 * 64];
+    const uint8_t *steps_b = gc; /* the 8-bit layout is tile B as it lies */
+    if (bits != 8) {
+        unpacked_steps(steps, bits, gc, unpacked);
+        steps_b = unpacked;
+    }
+    tile_zero(TILE_C);
+    tile_load(TILE_A, xg, (size_t)K);
+    tile_load(TILE_B, steps_b, 64);
+    tile_dpbsud(TILE_C, TILE_A, TILE_B);
+    tile_store(TILE_C, dots, TILE * sizeof(int32_t));
+}
+
+#define TILE_ROWS_ARGS                                                                                                  \
+    const int steps, const int bits, int block, int tile, int r0, int rows, int K, const uint8_t *codes, const int8_t *sc, \
+        const int8_t *mn, const float *d, const float *dmin, const int8_t *xq, const float *scale, const float *bsum,   \
+        const float *bias, float *out, int N
+
+#if defined(__AVX512VNNI__)
+
+/* tile_rows (kquant.c's VNNI body) for up to 16 rows, its group dots from tile products; every
+ * float operation is that body's, in its order, so each row's result is the same bits. */
+static inline __attribute__((always_inline)) void tile_rows_amx(TILE_ROWS_ARGS) {
     const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
     const size_t group_bytes = (size_t)steps * 8 * bits;
     const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
-    uint8_t steps_of_group[8 * 64];
     int32_t dots[TILE_ROWS][TILE];
     __m512 acc[TILE_ROWS], block_acc[TILE_ROWS];
     configure_for(rows, G);
@@ -197,16 +220,7 @@ static inline __attribute__((always_inline)) void tile_rows_amx(
             const uint8_t *gc = tile_codes + (size_t)g * group_bytes;
             for (size_t line = 0; line < group_bytes; line += 64)
                 _mm_prefetch((const char *)(gc + PREFETCH * group_bytes + line), _MM_HINT_T0);
-            const uint8_t *steps_b = gc; /* the 8-bit layout is tile B as it lies */
-            if (bits != 8) {
-                unpacked_steps(steps, bits, gc, steps_of_group);
-                steps_b = steps_of_group;
-            }
-            tile_zero(TILE_C);
-            tile_load(TILE_A, xq + (size_t)r0 * K + (size_t)g * G, (size_t)K);
-            tile_load(TILE_B, steps_b, 64);
-            tile_dpbsud(TILE_C, TILE_A, TILE_B);
-            tile_store(TILE_C, dots, sizeof dots[0]);
+            group_dots(steps, bits, gc, xq + (size_t)r0 * K + (size_t)g * G, K, dots);
             for (int r = 0; r < rows; r++) {
                 const __m512 dot = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)dots[r]));
                 block_acc[r] = _mm512_fmadd_ps(dot, sv, block_acc[r]);
@@ -222,6 +236,65 @@ static inline __attribute__((always_inline)) void tile_rows_amx(
         _mm512_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE, y);
     }
 }
+
+#else /* AVX2: only the reference reaches here (no AMX CPU lacks AVX-512), for the tests */
+
+/* tile_rows (kquant.c's AVX2 body) for up to 16 rows, its group dots from tile products: per block,
+ * sc * dot summed in int32 (exact, as that body's vpmaddwd sums are), its minimum terms after its
+ * groups, then that body's float operations in its order. */
+static inline __attribute__((always_inline)) void tile_rows_amx(TILE_ROWS_ARGS) {
+    const int G = 4 * steps, blocks = K / block, groups = K / G, per_block = block / G;
+    const size_t group_bytes = (size_t)steps * 8 * bits;
+    const uint8_t *tile_codes = codes + (size_t)tile * groups * group_bytes;
+    int32_t dots[TILE_ROWS][TILE];
+    __m256 acc[TILE_ROWS][2], mvs[16][2];
+    __m256i block_dots[TILE_ROWS][2];
+    configure_for(rows, G);
+    for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int b = 0; b < blocks; b++) {
+        const size_t at = ((size_t)tile * blocks + b) * TILE;
+        for (int r = 0; r < rows; r++) block_dots[r][0] = block_dots[r][1] = _mm256_setzero_si256();
+        for (int gb = 0; gb < per_block; gb++) {
+            const int g = b * per_block + gb;
+            const size_t tg = ((size_t)tile * groups + g) * TILE;
+            const __m256i sv[2] = {_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + tg))),
+                                   _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(sc + tg + 8)))};
+            mvs[gb][0] = lanes_of(mn + tg);
+            mvs[gb][1] = lanes_of(mn + tg + 8);
+            group_dots(steps, bits, tile_codes + (size_t)g * group_bytes, xq + (size_t)r0 * K + (size_t)g * G, K, dots);
+            for (int r = 0; r < rows; r++)
+                for (int h = 0; h < 2; h++) {
+                    const __m256i dot = _mm256_loadu_si256((const __m256i *)(dots[r] + 8 * h));
+                    block_dots[r][h] = _mm256_add_epi32(block_dots[r][h], _mm256_mullo_epi32(dot, sv[h]));
+                }
+        }
+        const __m256 dv[2] = {_mm256_loadu_ps(d + at), _mm256_loadu_ps(d + at + 8)};
+        const __m256 dminv[2] = {_mm256_loadu_ps(dmin + at), _mm256_loadu_ps(dmin + at + 8)};
+        for (int r = 0; r < rows; r++) {
+            const __m256 rs = _mm256_set1_ps(scale[(size_t)(r0 + r) * blocks + b]);
+            const float *rb = bsum + (size_t)(r0 + r) * groups + (size_t)b * per_block;
+            __m256 mins[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int gb = 0; gb < per_block; gb++) {
+                const __m256 x = _mm256_broadcast_ss(rb + gb);
+                mins[0] = _mm256_fmadd_ps(mvs[gb][0], x, mins[0]);
+                mins[1] = _mm256_fmadd_ps(mvs[gb][1], x, mins[1]);
+            }
+            for (int h = 0; h < 2; h++) {
+                const __m256 v = _mm256_fmsub_ps(_mm256_cvtepi32_ps(block_dots[r][h]), dv[h], _mm256_mul_ps(mins[h], dminv[h]));
+                acc[r][h] = _mm256_fmadd_ps(v, rs, acc[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        for (int h = 0; h < 2; h++) {
+            __m256 y = acc[r][h];
+            if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias + (size_t)tile * TILE + 8 * h));
+            _mm256_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE + 8 * h, y);
+        }
+    }
+}
+
+#endif
 
 /* kq_matmul on the tiles: each thread configures its own tiles (their configuration is a thread's
  * state) and gives them back at the end. */

@@ -81,10 +81,11 @@ class Layer:
     @classmethod
     def random(cls, layout: tuple[int, int, int], out_features: int, in_features: int,
                generator: np.random.Generator) -> Layer:
-        """Any bytes are codes of some layer: the kernel reads every bit pattern."""
+        """Any bytes are codes of a 4- or 6-bit layer (their bits packed); the 8-bit layout holds 6-bit
+        codes one to a byte (the AVX2 body's int16 sums rely on it)."""
         group, block, bits = layout
         tiles, groups, blocks = out_features // TILE, in_features // group, in_features // block
-        codes = generator.integers(0, 256, size=out_features * in_features * bits // 8, dtype=np.uint8)
+        codes = generator.integers(0, 64 if bits == 8 else 256, size=out_features * in_features * bits // 8, dtype=np.uint8)
         sc = generator.integers(0, 64, size=(tiles, groups, TILE), dtype=np.int8)
         mn = generator.integers(-64, 64, size=(tiles, groups, TILE), dtype=np.int8)
         d, dmin = (generator.random((tiles, blocks, TILE), dtype=np.float32) * 0.01 for _ in range(2))
