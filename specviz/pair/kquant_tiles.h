@@ -49,9 +49,13 @@ typedef struct {
 
 #ifdef KQ_TILES_REAL
 
-#define tile_configure(config) _tile_loadconfig(config)
+/* gcc's intrinsics tell the compiler that LDTILECFG reads 8 bytes of its operand and TILELOADD none
+ * of its memory, so stores to a configuration or a buffer a tile then loads could be dropped or
+ * moved past them as dead: a compiler barrier before each keeps them. */
+#define memory_barrier() __asm__ volatile("" ::: "memory")
+#define tile_configure(config) do { memory_barrier(); _tile_loadconfig(config); } while (0)
 #define tile_zero(t) _tile_zero(t)
-#define tile_load(t, base, stride) _tile_loadd(t, base, stride)
+#define tile_load(t, base, stride) do { memory_barrier(); _tile_loadd(t, base, stride); } while (0)
 #define tile_dpbsud(c, a, b) _tile_dpbsud(c, a, b)
 #define tile_store(t, base, stride) _tile_stored(t, base, stride)
 #define tile_release() _tile_release()
