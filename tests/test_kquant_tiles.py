@@ -123,11 +123,11 @@ def test_the_real_probe_child_answers_for_a_kernel_without_the_tile_body(tmp_pat
 def test_the_set_up_runs_the_tiles_from_the_verdicts_rows_and_says_so(reference, monkeypatch):
     target, plain = kquant_llama(6), kquant_llama(6)
     packed = random_packing(target, 6)
-    monkeypatch.setattr(kquant_codes, "tiles_verdict", lambda kernel: kquant_tiles.Verdict(2))
+    monkeypatch.setattr(kquant_codes, "tiles_verdict", lambda kernel, found=None: kquant_tiles.Verdict(2))
     line = setups.prepare_target(target, "kquant", packed=packed, kernel=reference)
     assert "AMX tiles from 2 rows" in line
     assert target.lm_head.tiles_from_rows == 2
-    monkeypatch.setattr(kquant_codes, "tiles_verdict", lambda kernel: kquant_tiles.Verdict(0))
+    monkeypatch.setattr(kquant_codes, "tiles_verdict", lambda kernel, found=None: kquant_tiles.Verdict(0))
     setups.prepare_target(plain, "kquant", packed=packed, kernel=reference)
     assert plain.lm_head.tiles_from_rows == 0
     ids = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(6))  # a prompt's prefill
@@ -139,7 +139,7 @@ def test_the_set_up_runs_the_tiles_from_the_verdicts_rows_and_says_so(reference,
 def test_a_refused_verdict_keeps_the_vnni_body_and_says_why(reference, monkeypatch):
     draft = kquant_llama(7)
     monkeypatch.setattr(kquant_codes, "tiles_verdict",
-                        lambda kernel: kquant_tiles.Verdict(0, "the probe died of SIGILL"))
+                        lambda kernel, found=None: kquant_tiles.Verdict(0, "the probe died of SIGILL"))
     line = setups.prepare_draft(draft, "kquant", reference)
     assert line.startswith("draft 4-bit") and "AMX tiles refused: the probe died of SIGILL" in line
     assert draft.lm_head.tiles_from_rows == 0

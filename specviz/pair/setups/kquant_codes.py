@@ -47,10 +47,10 @@ def kquant_kernel(found: Machine, cache: Path) -> tuple[Path | None, str]:
         return None, f"need their kernel, which did not build ({str(error)[:120]})"
 
 
-def tiles_verdict(kernel: Path) -> kquant_tiles.Verdict:
-    """Whether this machine's layers take the kernel's AMX body, and from how many rows (probed once
-    per CPU in a child process; nothing to say where the CPU has no AMX)."""
-    found = cpu.machine()
+def tiles_verdict(kernel: Path, found: Machine | None = None) -> kquant_tiles.Verdict:
+    """Whether the layers take the kernel's AMX body on this machine (`found`, else the one running),
+    and from how many rows (probed once per CPU in a child process; nothing to say without AMX)."""
+    found = found or cpu.machine()
     return kquant_tiles.verdict(kernel, found.name, found.flags)
 
 
@@ -172,7 +172,7 @@ class KQuant(CpuSetup):
         kernel, why_not = kquant_kernel(ask.found, _kernels(ask))
         if kernel is None:
             return f"K-quant codes {why_not}"
-        if not kquant_rows_exact(ask.model, kernel, tiles_verdict(kernel).from_rows):
+        if not kquant_rows_exact(ask.model, kernel, tiles_verdict(kernel, ask.found).from_rows):
             return "K-quant codes not row-exact on this CPU"
         if forced:
             return Choice(self.name, ask.forced_why, None, kernel)
