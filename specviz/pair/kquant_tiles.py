@@ -132,8 +132,9 @@ def tiles_ready(library: ctypes.CDLL) -> str:
 
 def differences(library: ctypes.CDLL, seeds: Sequence[int], row_counts: Sequence[int], threads: int = 1,
                 tiles_from_rows: int = 1) -> list[str]:
-    """Where the tile body's rows differ from the one-row VNNI body's (each row a call of its own),
-    on random layers of every layout: [] where every row is the same bits."""
+    """Where the tile body's rows differ from the library's own body's (VNNI, or AVX2 for a reference
+    build there) with each row a call of its own, on random layers of every layout: [] where every
+    row is the same bits."""
     found = []
     for seed in seeds:
         generator = np.random.default_rng(seed)
