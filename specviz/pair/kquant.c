@@ -28,6 +28,12 @@
  * the group's scales (int16 pairs summed in int32 and scaled), as llama.cpp does on AVX2. Several
  * steps' int16 sums are added before vpmaddwd: a code is at most 15 (4-bit) or 63 (6-bit) and an
  * activation at most 127 in size, so 16 or 4 products stay below 2^15 and every sum is exact.
+ *
+ * AMX (kquant_tiles.h, for calls of several rows: kq_linear_tiles): per tile and group, one int8 tile
+ * product gives up to 16 rows' exact group dots at once (the rows' activations as tile A, the
+ * group's 64-byte steps, unpacked to a byte a code, as tile B: the layout above is already B's),
+ * then the float combine is this file's body's, operation for operation, so a row's bits do not
+ * depend on which body ran it.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -261,6 +267,8 @@ static inline __attribute__((always_inline)) void tile_rows(
 
 #endif
 
+#include "kquant_tiles.h" /* the AMX body, where built: calls of several rows (kq_linear_tiles) */
+
 /* out (M x N floats) = rows @ weights.T (+ bias), the rows given as kq_quantize left them.
  * G = 32 with 4-bit codes (Q4_K) or G = 16 with 6-bit codes (Q6_K; 8-bit in an older cache's layout). */
 void kq_matmul(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc, const int8_t *mn,
@@ -282,19 +290,41 @@ void kq_matmul(int M, int N, int K, int G, int block, int bits, const uint8_t *c
 }
 
 /* One Linear layer's call: kq_quantize then kq_matmul, with the quantized rows in scratch memory of
- * its own (one call from Python instead of two, and no tensors made for the rows' codes). Returns 0,
- * or 1 where that memory could not be had. */
-int kq_linear(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc, const int8_t *mn,
-               const float *d, const float *dmin, const float *x, const float *bias, float *out, int threads) {
+ * its own (one call from Python instead of two, and no tensors made for the rows' codes), on the AMX
+ * body where `tiles` says so. Returns 0, or 1 where that memory could not be had. */
+static int linear(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc,
+                  const int8_t *mn, const float *d, const float *dmin, const float *x, const float *bias, float *out,
+                  int threads, int tiles) {
     int8_t *xq = malloc((size_t)M * K);
     float *scale = malloc(sizeof(float) * (size_t)M * (K / block)), *bsum = malloc(sizeof(float) * (size_t)M * (K / G));
     const int failed = !(xq && scale && bsum);
     if (!failed) {
         kq_quantize(x, M, K, G, block, xq, scale, bsum);
-        kq_matmul(M, N, K, G, block, bits, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, threads);
+#ifdef KQ_TILES_BODY
+        if (tiles)
+            matmul_tiles(M, N, K, G, block, bits, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, threads);
+        else
+#else
+        (void)tiles;
+#endif
+            kq_matmul(M, N, K, G, block, bits, codes, sc, mn, d, dmin, xq, scale, bsum, bias, out, threads);
     }
     free(xq);
     free(scale);
     free(bsum);
     return failed;
+}
+
+int kq_linear(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc, const int8_t *mn,
+              const float *d, const float *dmin, const float *x, const float *bias, float *out, int threads) {
+    return linear(M, N, K, G, block, bits, codes, sc, mn, d, dmin, x, bias, out, threads, 0);
+}
+
+/* kq_linear on the AMX body for calls of at least `tiles_from_rows` rows, where this library has the
+ * body and this process may use the tiles (kq_tiles_ready); fewer rows, or no tiles: kq_linear. */
+int kq_linear_tiles(int M, int N, int K, int G, int block, int bits, const uint8_t *codes, const int8_t *sc,
+                    const int8_t *mn, const float *d, const float *dmin, const float *x, const float *bias, float *out,
+                    int threads, int tiles_from_rows) {
+    const int tiles = M >= tiles_from_rows && kq_tiles_ready(NULL) == TILES_READY;
+    return linear(M, N, K, G, block, bits, codes, sc, mn, d, dmin, x, bias, out, threads, tiles);
 }

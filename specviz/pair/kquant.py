@@ -17,7 +17,9 @@ does), so this target's greedy answer can differ from the fp32 copy's in places.
 
 The kernel is compiled once per machine with the system's C compiler into the model cache
 (`build`), for AVX512-VNNI or else AVX2; a CPU with neither, or a machine without a compiler, keeps
-the other set-ups.
+the other set-ups. Where the CPU has AMX, the VNNI build also holds a body on AMX int8 tiles
+(kquant_tiles.h) for calls of several rows, used only where a probe in a child process finds it
+runs, gives the VNNI body's bits and pays (kquant_tiles.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from typing import TypeAlias
 
 import numpy as np
 import torch
+
+from . import kquant_tiles
 
 Array: TypeAlias = np.ndarray | torch.Tensor
 SOURCE = Path(__file__).with_name("kquant.c")
@@ -245,10 +249,12 @@ def _tiled(kind: str, codes: Array, sc: Array, mn: Array, d: Array, dmin: Array,
 
 
 def compiler_flags(flags: frozenset[str]) -> tuple[str, ...] | None:
-    """The flags that compile the kernel's best body for a CPU with these /proc/cpuinfo flags, or None."""
-    for _, needs, chosen in INSTRUCTION_SETS:
+    """The flags that compile the kernel's best body for a CPU with these /proc/cpuinfo flags, or None;
+    with AMX's beside the VNNI body's where the CPU has AMX (the tile body sits beside that one)."""
+    for name, needs, chosen in INSTRUCTION_SETS:
         if all(flag in flags for flag in needs):
-            return COMMON_FLAGS + chosen
+            amx = kquant_tiles.COMPILER_FLAGS if name == "avx512_vnni" and kquant_tiles.cpu_has(flags) else ()
+            return COMMON_FLAGS + chosen + amx
     return None
 
 
@@ -256,13 +262,26 @@ def cpu_can(flags: frozenset[str]) -> bool:
     return compiler_flags(flags) is not None
 
 
-def build(into: Path, flags: frozenset[str]) -> Path:
-    """The kernel compiled for a CPU with these flags, in `into` (once: its name carries the source's
-    and the flags' hash)."""
+def build(into: Path, flags: frozenset[str], reference_tiles: bool = False) -> Path:
+    """The kernel compiled for a CPU with these flags, in `into` (once: its name carries the sources'
+    and the flags' hash). Where the compiler has no AMX intrinsics, without the AMX body.
+    `reference_tiles`: with the AMX body on the tile layer's portable C (the tests', on any CPU)."""
     chosen = compiler_flags(flags)
     if chosen is None:
         raise RuntimeError(f"the kernel needs {' or '.join(NEEDS)}")
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(chosen).encode()).hexdigest()[:16]
+    if reference_tiles:
+        chosen += (kquant_tiles.REFERENCE_FLAG,)
+    try:
+        return _compiled(into, chosen)
+    except RuntimeError:
+        if not set(kquant_tiles.COMPILER_FLAGS) & set(chosen):
+            raise
+        return _compiled(into, tuple(flag for flag in chosen if flag not in kquant_tiles.COMPILER_FLAGS))
+
+
+def _compiled(into: Path, chosen: tuple[str, ...]) -> Path:
+    sources = SOURCE.read_bytes() + kquant_tiles.HEADER.read_bytes()  # kquant.c includes the header
+    digest = hashlib.sha256(sources + " ".join(chosen).encode()).hexdigest()[:16]
     library = into / f"kquant-{digest}.so"
     if library.is_file():
         return library
@@ -291,20 +310,24 @@ def load(library: Path) -> ctypes.CDLL:
     lib.kq_quantize.restype = None
     lib.kq_linear.argtypes = [i, i, i, i, i, i, p, p, p, p, p, p, p, p, i]
     lib.kq_linear.restype = i
+    lib.kq_linear_tiles.argtypes = [*lib.kq_linear.argtypes, i]  # and the rows from which tiles are used
+    lib.kq_linear_tiles.restype = i
     return lib
 
 
 class KQuantLinear(torch.nn.Module):
-    """A Linear layer on the GGUF's K-quant codes (see the module's docstring). float32 in and out."""
+    """A Linear layer on the GGUF's K-quant codes (see the module's docstring). float32 in and out.
+    `tiles_from_rows`: calls of that many rows or more run on the AMX body (kquant_tiles.Verdict), 0 never."""
 
-    def __init__(self, packed: Packed, bias: torch.Tensor | None, library: Path):
+    def __init__(self, packed: Packed, bias: torch.Tensor | None, library: Path, tiles_from_rows: int = 0):
         super().__init__()
-        self.packed, self.library = packed, library
+        self.packed, self.library, self.tiles_from_rows = packed, library, tiles_from_rows
         self.in_features, self.out_features = packed.in_features, packed.out_features
         # a copy of its own: the loaded bias may lie in the weights file's mapping (cpu.own_memory)
         self.bias = None if bias is None else bias.detach().float().clone()
         # a token's pass makes about 200 of these calls: what does not change is looked up once
-        self._call = load(library).kq_linear
+        self._call = load(library).kq_linear_tiles if tiles_from_rows else load(library).kq_linear
+        self._tiles = (tiles_from_rows,) if tiles_from_rows else ()
         self._layer = (packed.out_features, packed.in_features, packed.group, packed.block, packed.bits,
                        *(t.data_ptr() for t in (packed.codes, packed.sc, packed.mn, packed.d, packed.dmin)))
         self._bias = 0 if self.bias is None else self.bias.data_ptr()
@@ -316,7 +339,8 @@ class KQuantLinear(torch.nn.Module):
             rows = rows.float().contiguous()
         count = rows.shape[0]
         out = torch.empty(count, self.out_features)
-        if self._call(count, *self._layer, rows.data_ptr(), self._bias, out.data_ptr(), torch.get_num_threads()):
+        if self._call(count, *self._layer, rows.data_ptr(), self._bias, out.data_ptr(), torch.get_num_threads(),
+                      *self._tiles):
             raise MemoryError(f"no memory for the codes of {count} rows")
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)

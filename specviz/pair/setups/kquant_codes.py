@@ -11,6 +11,11 @@ row-exactness.
 The draft: SpecViz's own 4-bit codes (kquant.quantize) on the same kernel, where it builds and a
 one-row product times faster than torch's int4 (`kquant_draft_pays`); row-exact too, so the draft
 may be fed several tokens in one call.
+
+Where the CPU has AMX, both take the kernel's AMX body for calls of several rows (windows, catch-ups
+and the prompt's prefill alike: they all go through the same layers) from the row count the tiles'
+probe found (kquant_tiles.verdict, run in a child process once per CPU); the set-up's line says so,
+or why not ("AMX tiles refused: ...").
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import cpu, kquant
+from .. import cpu, kquant, kquant_tiles
 from ..cpu import DRAFT, TARGET, Ask, Choice, CpuSetup, Machine
 from .fp32 import WindowLinear
 from .int4 import Int4Linear
@@ -42,11 +47,19 @@ def kquant_kernel(found: Machine, cache: Path) -> tuple[Path | None, str]:
         return None, f"need their kernel, which did not build ({str(error)[:120]})"
 
 
-def kquant_rows_exact(model: torch.nn.Module, kernel: Path) -> bool:
+def tiles_verdict(kernel: Path, found: Machine | None = None) -> kquant_tiles.Verdict:
+    """Whether the layers take the kernel's AMX body on this machine (`found`, else the one running),
+    and from how many rows (probed once per CPU in a child process; nothing to say without AMX)."""
+    found = found or cpu.machine()
+    return kquant_tiles.verdict(kernel, found.name, found.flags)
+
+
+def kquant_rows_exact(model: torch.nn.Module, kernel: Path, tiles_from_rows: int = 0) -> bool:
     """Whether the K-quant set-up gives a row the same bits in a window as alone, on this machine:
     checked on a one-layer probe whose Linear layers get random Q4_K codes of the same shapes (but
     for a vocabulary of PROBE_VOCAB: each tile of 16 output channels runs the same operations
-    however many there are, and threads split tiles, never a sum)."""
+    however many there are, and threads split tiles, never a sum), on the AMX body from
+    `tiles_from_rows` rows where that is given."""
     probe = cpu.probe_of(model, vocab=PROBE_VOCAB)
     generator = np.random.default_rng(0)
 
@@ -55,7 +68,7 @@ def kquant_rows_exact(model: torch.nn.Module, kernel: Path) -> bool:
             return linear
         raw = kquant.random_blocks(kquant.Q4_K, linear.out_features, linear.in_features, generator)
         return kquant.KQuantLinear(kquant.pack(kquant.Q4_K, raw, linear.out_features, linear.in_features),
-                                   linear.bias, kernel)
+                                   linear.bias, kernel, tiles_from_rows)
 
     cpu.replace_linears(probe, random_codes)
     cpu.use_row_attention(probe)
@@ -99,11 +112,12 @@ def kquant_draft_pays(draft: torch.nn.Module, kernel: Path, repeats: int = 5) ->
     return ms["mine"] < ms["theirs"]
 
 
-def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path) -> int:
+def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path, tiles_from_rows: int = 0) -> int:
     """In place: every Linear layer the GGUF stored in K-quants runs on its codes (layers stored
     joined, which read one input, as one call: kquant.KQuantPart), and the token embeddings, where
     the GGUF stored them so, are looked up from theirs; the rest (norms, biases, attention) stays as
-    loaded. One table at a time, giving the fp32 weights back as it goes. Returns how many tables."""
+    loaded. One table at a time, giving the fp32 weights back as it goes. Calls of `tiles_from_rows`
+    rows or more run on the AMX body (0: never). Returns how many tables."""
     def put(name: str, module: torch.nn.Module) -> None:
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
@@ -113,11 +127,11 @@ def to_kquant(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kerne
         if isinstance(olds[0], torch.nn.Embedding):
             put(name, kquant.KQuantEmbedding(layer))
         elif len(olds) == 1:
-            put(name, kquant.KQuantLinear(layer, olds[0].bias, kernel))
+            put(name, kquant.KQuantLinear(layer, olds[0].bias, kernel, tiles_from_rows))
         else:
             biases = [old.bias if old.bias is not None else torch.zeros(old.out_features) for old in olds]
             bias = None if all(old.bias is None for old in olds) else torch.cat(biases)
-            joint, start = kquant.KQuantLinear(layer, bias, kernel), 0
+            joint, start = kquant.KQuantLinear(layer, bias, kernel, tiles_from_rows), 0
             for part, old in zip(name.split(kquant.JOIN), olds):
                 put(part, kquant.KQuantPart(joint, start, start + old.out_features, len(olds)))
                 start += old.out_features
@@ -131,7 +145,8 @@ class KQuant(CpuSetup):
     models = frozenset({TARGET, DRAFT})
     summary = ("the target on its GGUF's own K-quant codes, the draft on SpecViz's own 4-bit codes, both on "
                "SpecViz's kernel with attention one query row at a time (row-exact); where the CPU has "
-               "AVX512-VNNI or AVX2 with FMA and it measures faster (the target: where set-up kept its codes)")
+               "AVX512-VNNI or AVX2 with FMA and it measures faster (the target: where set-up kept its codes); "
+               "calls of several rows on AMX int8 tiles where the CPU has AMX and a probe finds them exact and faster")
     unasked_only = True
 
     def applies(self, ask: Ask) -> bool:
@@ -157,7 +172,7 @@ class KQuant(CpuSetup):
         kernel, why_not = kquant_kernel(ask.found, _kernels(ask))
         if kernel is None:
             return f"K-quant codes {why_not}"
-        if not kquant_rows_exact(ask.model, kernel):
+        if not kquant_rows_exact(ask.model, kernel, tiles_verdict(kernel, ask.found).from_rows):
             return "K-quant codes not row-exact on this CPU"
         if forced:
             return Choice(self.name, ask.forced_why, None, kernel)
@@ -175,14 +190,16 @@ class KQuant(CpuSetup):
 
     def prepare(self, model: torch.nn.Module, role: str, choice: Choice,
                 packed: Mapping[str, kquant.Packed] | None = None) -> str:
+        tiles = tiles_verdict(choice.kernel)
+        tiles_said = f", {tiles.describe()}" if tiles.describe() else ""
         if role == DRAFT:
-            return _prepare_draft(model, choice.kernel)
-        to_kquant(model, packed or {}, choice.kernel)
+            return _prepare_draft(model, choice.kernel, tiles.from_rows, tiles_said)
+        to_kquant(model, packed or {}, choice.kernel, tiles.from_rows)
         cpu.own_memory(model)
         cpu.use_row_attention(model)
         kinds = "/".join(sorted({layer.kind for layer in (packed or {}).values()}))
         return (f"target {kinds} weights of its GGUF (int8-dot kernel, activations int8 per 256, row-exact "
-                "attention)")
+                f"attention{tiles_said})")
 
 
 def _kernels(ask: Ask) -> Path:
@@ -190,18 +207,18 @@ def _kernels(ask: Ask) -> Path:
     return ask.cache or Path(tempfile.gettempdir()) / "specviz-kernels"
 
 
-def _prepare_draft(model: torch.nn.Module, kernel: Path) -> str:
+def _prepare_draft(model: torch.nn.Module, kernel: Path, tiles_from_rows: int, tiles_said: str) -> str:
     block = kquant.BLOCK[kquant.Q4]
     codes = {name: kquant.quantize(module.weight) for name, module in model.named_modules()
              if isinstance(module, torch.nn.Linear) and kquant.fits(module.out_features, module.in_features, block)}
     # joined as the target's are (one call for q/k/v, one for gate/up): a draft call is 24 layers
     # of small products, where each call's own cost (quantizing the rows, ctypes) shows
-    to_kquant(model, kquant.with_shared_inputs_joined(codes), kernel)
+    to_kquant(model, kquant.with_shared_inputs_joined(codes), kernel, tiles_from_rows)
     del codes
     cpu.own_memory(model)
     cpu.use_row_attention(model)  # one call over several tokens then gives each the bits of its own call
     return (f"draft 4-bit (SpecViz's own codes in groups of {kquant.GROUP[kquant.Q4]}, the K-quant kernel, "
-            "row-exact)")
+            f"row-exact{tiles_said})")
 
 
 KQUANT = KQuant()
