@@ -243,6 +243,16 @@ def kquant_path(model: SetUpModel) -> Path:
     return cache_root() / (model.cache_name.removesuffix("-fp32") + "-kquant.safetensors")
 
 
+def pair_set_up(name: str) -> bool:
+    """Whether a preset set up from wheel parts has all its files in the cache (each model's
+    safetensors copy, and the target's packed K-quant layers): what `set_up_pair` makes."""
+    preset = get_preset(name)
+    models = [SET_UP_MODELS.get(preset.target), SET_UP_MODELS.get(preset.draft)]
+    return bool(preset.setup) and all(
+        model is not None and (set_up_folder(model) / "config.json").is_file()
+        and (not model.kquant or kquant_path(model).is_file()) for model in models)
+
+
 def kquant_layers(model_id: str) -> dict[str, kquant.Packed]:
     """The packed K-quant layers of a set-up model, by module name; {} where there are none."""
     model = SET_UP_MODELS.get(model_id)
