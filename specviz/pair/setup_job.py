@@ -92,12 +92,13 @@ def wheels_source() -> list[str]:
 def one_line(error: BaseException) -> str:
     """The error as the page shows it: one line, with the page's way to try again."""
     if isinstance(error, SpecVizError):
-        text = " ".join(str(error).split())
+        text = str(error)
     elif isinstance(error, OSError):  # a full disk while unpacking, a cache folder that cannot be written
         text = (f"{error.strerror or error} ({type(error).__name__}). Check the free disk space and the cache "
                 f"folder, then {RETRY}.")
     else:
         text = f"{type(error).__name__}: {str(error)[:200]}. The error was logged; {RETRY}."
+    text = " ".join(text.split())  # one line, whatever the error held
     return text.replace(f"run {SETUP_COMMAND} again", RETRY).replace(f"Run {SETUP_COMMAND} again", RETRY)
 
 

@@ -287,7 +287,8 @@ def _not_set_up(preset: str, model: SetUpModel, damaged: bool = False) -> SpecVi
              f"{model.label} is not in the cache ({set_up_folder(model)}), and the Hugging Face Hub cannot be "
              f"reached to load {model.hub_id} instead")
     return SpecVizError(f"The preset {preset!r} is not set up on this machine: {where}. Run `{SETUP_COMMAND}` once "
-                        f"(it downloads {REAL_PAIR_DOWNLOAD}), then try again.")
+                        f"(it downloads {REAL_PAIR_DOWNLOAD}), or in the app press “Set up the real pair” under the "
+                        "model line, then try again.")
 
 
 def load_set_up_model(model: SetUpModel, preset: str, device: torch.device, dtype: torch.dtype,
