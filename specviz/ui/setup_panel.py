@@ -63,10 +63,11 @@ def panel(preset: str) -> tuple:
 
 
 def start(preset: str) -> tuple:
-    """The button: start the set-up (or join the one under way); load the pair once it is set up."""
+    """The button: start the set-up (or join the one under way); load the pair once it is set up. The
+    model line's timer starts again, so that the panel and the line follow the set-up."""
     if needs_setup(preset):
         JOB.start(preset, then=lambda: load_in_background(preset))
-    return panel(preset)
+    return (*panel(preset), gr.Timer(active=True))
 
 
 def cancel(preset: str) -> tuple:
@@ -115,5 +116,5 @@ def wire(demo: gr.Blocks, p: SimpleNamespace) -> None:
     outputs = [p.setup_panel, p.setup_line, p.setup_button, p.setup_cancel]
     for event in (p.preset.change, p.model_timer.tick, demo.load):
         event(panel, p.preset, outputs, **QUIET)
-    p.setup_button.click(start, p.preset, outputs, **QUIET)
+    p.setup_button.click(start, p.preset, [*outputs, p.model_timer], **QUIET)
     p.setup_cancel.click(cancel, p.preset, outputs, **QUIET)
