@@ -78,7 +78,8 @@ class SetUpState:
         if self.phase == "cancelled":
             return f"The set-up of {self.preset} was cancelled; nothing was kept. To start again, {RETRY}."
         if self.phase == "failed":
-            return f"The set-up of {self.preset} failed: {self.message}"
+            return (f"The set-up of {self.preset} failed: {self.message} Until it is set up, the pair loads the "
+                    "hub's fp32 copies where the hub is reachable.")
         return f"The real pair {self.preset} is not set up on this server."
 
 
@@ -167,7 +168,7 @@ class SetUpJob:
             return self._state[preset]
 
     def wait(self, timeout_s: float | None = None) -> None:
-        """Until the running set-up ends (for the command line and tests)."""
+        """Until the running set-up ends (for tests, and a caller that must have the pair)."""
         thread = self._thread
         if thread is not None:
             thread.join(timeout_s)

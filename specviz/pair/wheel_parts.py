@@ -84,12 +84,15 @@ def download(requirements: Path, into: Path, extra_pip_args: Sequence[str] = (),
                           errors="replace") as pip:
         # pip can stay silent for minutes on a large wheel: its output is read in a thread, so that
         # this one can check for a cancel meanwhile.
-        reader = threading.Thread(target=_read_pip, args=(pip, into, lines, say), name="specviz-pip-output",
+        begun: list[int] = []  # the sizes of the wheels pip has begun to fetch, as it announces them
+        reader = threading.Thread(target=_read_pip, args=(pip, into, lines, say, begun), name="specviz-pip-output",
                                   daemon=True)
         reader.start()
         try:
             while reader.is_alive():
-                check(_bytes_in(into))
+                # pip saves the wheels into `into` only at the end: until then, count the ones it has
+                # gone on from (all it has announced but the last).
+                check(max(_bytes_in(into), sum(begun[:-1])))
                 reader.join(_POLL_S)
             pip.wait()
         except BaseException:
@@ -110,11 +113,19 @@ def download(requirements: Path, into: Path, extra_pip_args: Sequence[str] = (),
                        f"({_pip_reason(lines)}). Check the network connection, then {_FIX}.")
 
 
-def _read_pip(pip: subprocess.Popen, into: Path, lines: list[str], say: Callable[[str], None]) -> None:
+_ANNOUNCED = re.compile(r"^\s*(?:Downloading|Using cached) \S+ \(([\d.]+) (kB|MB|GB)\)")
+_UNIT = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _read_pip(pip: subprocess.Popen, into: Path, lines: list[str], say: Callable[[str], None],
+              begun: list[int]) -> None:
     assert pip.stdout is not None
     for line in pip.stdout:
         line = line.rstrip()
         lines.append(line)
+        announced = _ANNOUNCED.match(line)
+        if announced:
+            begun.append(int(float(announced.group(1)) * _UNIT[announced.group(2)]))
         if line.startswith(("Saved ", "File was already downloaded")):
             say(line.replace(str(into), into.name))
 
