@@ -76,7 +76,7 @@ class SetUpState:
         if self.phase == "ready":
             return f"The real pair {self.preset} is set up."
         if self.phase == "cancelled":
-            return f"The set-up of {self.preset} was cancelled; nothing was kept. To start again, {RETRY}."
+            return f"The set-up of {self.preset} was cancelled; nothing was kept: {RETRY} to start over."
         if self.phase == "failed":
             return (f"The set-up of {self.preset} failed: {self.message} Until it is set up, the pair loads the "
                     "hub's fp32 copies where the hub is reachable.")
