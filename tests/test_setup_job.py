@@ -217,3 +217,16 @@ def test_the_bundled_pair_serves_until_the_set_up_is_done(cache, monkeypatch):
     assert server_state.serving_default() == PRESET  # the pair's own fallback: the hub's copies
     monkeypatch.setattr(weights, "pair_set_up", lambda name: True)
     assert server_state.serving_default() == PRESET
+
+
+def test_without_a_c_compiler_the_model_line_says_the_target_runs_on_its_fallback(monkeypatch, tmp_path):
+    """kquant.build raises "no C compiler" where neither $CC, cc nor gcc is found: the pair still loads, and
+    the reason the K-quant set-up passed (which leads the model line's set-up) says so in one clause."""
+    from specviz.pair import cpu, kquant
+    from specviz.pair.setups import kquant_codes
+
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(kquant.shutil, "which", lambda name: None)
+    kernel, why_not = kquant_codes.kquant_kernel(cpu.Machine("test CPU", False, frozenset({"avx2", "fma"})), tmp_path)
+    assert kernel is None and "\n" not in why_not
+    assert "no C compiler" in why_not and "fallback set-up" in why_not
