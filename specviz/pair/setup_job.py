@@ -68,8 +68,7 @@ class SetUpState:
         """One line for the page: the stage and how far it has come, or the outcome."""
         if self.running:
             label = STAGE_LABELS.get(self.stage, "Starting")
-            amount = (f" {self.done_bytes / 1e6:,.0f} of {self.total_bytes / 1e6:,.0f} MB" if self.total_bytes > 1
-                      else "")
+            amount = f": {_size(self.done_bytes)} of {_size(self.total_bytes)}" if self.total_bytes > 1 else ""
             stopping = " (cancelling at the next step…)" if self.phase == "cancelling" else ""
             return (f"Setting up {self.preset}: {label}{amount} ({self.stage_fraction:.0%} of this stage, "
                     f"{self.elapsed_s:.0f} s so far){stopping}")
@@ -81,6 +80,10 @@ class SetUpState:
             return (f"The set-up of {self.preset} failed: {self.message} Until it is set up, the pair loads the "
                     "hub's fp32 copies where the hub is reachable.")
         return f"The real pair {self.preset} is not set up on this server."
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
 def wheels_source() -> list[str]:
