@@ -22,6 +22,8 @@ VARIABLES: dict[str, str] = {
     "SPECVIZ_DEFAULT_PRESET": "pair/presets.py default_preset",
     "SPECVIZ_PRELOAD": "ui/server_state.py preloading",
     "SPECVIZ_CACHE": "pair/weights.py cache_root",
+    "SPECVIZ_WHEELS_FROM": "pair/setup_job.py wheels_source",
+    "SPECVIZ_SET_UP_AT_START": "ui/server_state.py setting_up_at_start",
     "SPECVIZ_TARGET_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
     "SPECVIZ_DRAFT_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
 }

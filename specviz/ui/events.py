@@ -26,7 +26,7 @@ from ..explain.analysis import measured_draft_cost_ratio, rule_rounds
 from ..explain.sweep import can_replay, sweep
 from ..pair import gpu
 from ..pair.models import LoadState, ModelLoadError, get_pair, load_state
-from ..pair.presets import DEFAULT_PRESET
+from ..pair.setup_job import JOB
 from .columns import (
     ALL_COLUMNS,
     EXTRA_COLUMNS,
@@ -58,7 +58,8 @@ from .plots import lookahead_figure, progress_figure, sweep_figure, threshold_fi
 from .presentation import presentation_requested
 from .render import SUMMARY_HEADERS, render_trace, summary_rows
 from .replay import replay_html, replay_step
-from .server_state import MODEL_LOCK, TURNS, preloading
+from .server_state import MODEL_LOCK, TURNS, preloading, serving_default
+from .setup_panel import model_line_note
 from .turns import RunSession, Standing, waiting_message
 
 logger = logging.getLogger("specviz.app")
@@ -526,8 +527,13 @@ def model_status(preset):
 
     A page opened while the preload thread is only starting sees "not loaded": keep polling then."""
     state = load_state(preset)
-    waiting = state.phase == "loading" or (state.phase == "not loaded" and preloading() and preset == DEFAULT_PRESET)
-    return load_status_html(state, preset), gr.Timer(active=waiting)
+    waiting = (state.phase == "loading" or (state.phase == "not loaded" and preloading() and preset == serving_default())
+               or JOB.state().running)  # the set-up panel and the model line follow a set-up as it goes
+    line = load_status_html(state, preset)
+    note = model_line_note(preset)
+    if note:  # the line's text is escaped HTML: the note is added inside it, escaped too
+        line = line.replace("</div>", html_escape(note) + "</div>")
+    return line, gr.Timer(active=waiting)
 
 
 def presentation_from_url(request: gr.Request) -> bool:
@@ -535,9 +541,11 @@ def presentation_from_url(request: gr.Request) -> bool:
 
 
 def preload() -> None:
-    """Load the default pair and warm it up (run in a thread while the page starts)."""
+    """Load the default pair and warm it up (run in a thread while the page starts): the bundled
+    one while a Space's start-up set-up of the real pair runs (server_state.serving_default)."""
+    preset = serving_default()
     try:
-        pair = get_pair(DEFAULT_PRESET)
+        pair = get_pair(preset)
     except ModelLoadError as error:  # the page shows it (model_status); the next Run tries again
         logger.error("Preloading the default model pair failed: %s", error)
         return
@@ -548,6 +556,6 @@ def preload() -> None:
     if not gpu.warms_up(pair.device):
         return
     with MODEL_LOCK:
-        warm = compare_preset(DEFAULT_PRESET, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
+        warm = compare_preset(preset, make_request("Hello", "static:3,oracle", 4), Limits(time_budget_s=60))
     _charts(warm)
     logger.info("Warm-up finished in %.1f s", time.monotonic() - started)

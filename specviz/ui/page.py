@@ -21,7 +21,8 @@ from ..decoding.modes import POLICIES
 from ..decoding.pipeline import Limits
 from ..pair.models import load_state
 from ..pair.presets import DEFAULT_PRESET, PRESETS
-from . import endpoints
+from ..pair.setup_job import JOB
+from . import endpoints, setup_panel
 from .columns import ALL_COLUMNS, EXTRA_COLUMNS, column_htmls, load_status_html, preset_info, status_html
 from .events import (
     REPLAY_EMPTY,
@@ -46,7 +47,7 @@ from .inputs import DRAFT_WIDGETS, PAGE_WIDGETS, DraftWidget, PageWidget, server
 from .outputs import COMPARISON_OUTPUTS, EXAMPLE_OUTPUTS, STOP_OUTPUTS, VIEW_OUTPUTS
 from .presentation import TOGGLE_JS
 from .render import LEGEND_HTML, SUMMARY_HEADERS
-from .server_state import preloading
+from .server_state import preloading, serving_default, setting_up_at_start
 from .style import CSS, PAGE_JS, THEME
 
 STUDY_URL = "https://huggingface.co/blog/dynamic_speculation_lookahead"
@@ -83,7 +84,7 @@ def _prompt_and_run(p: SimpleNamespace, examples: list[Example], limits: Limits)
             with gr.Row(elem_id="settings-row"):
                 # The pair's description is the dropdown's hover title (set in the page), not a
                 # line of its own: it would push the columns below the first screen.
-                p.preset = gr.Dropdown(choices=list(PRESETS), value=DEFAULT_PRESET, label="Model pair",
+                p.preset = gr.Dropdown(choices=list(PRESETS), value=serving_default(), label="Model pair",
                                        elem_id="preset", scale=4, min_width=150)
                 p.max_tokens = gr.Slider(min(16, limits.max_new_tokens - 1), limits.max_new_tokens,
                                          value=min(128, limits.max_new_tokens), step=1,
@@ -151,7 +152,8 @@ def _settings(p: SimpleNamespace) -> None:
 
 def _policy_columns(p: SimpleNamespace) -> None:
     """The model line, the status, the legend and one column per policy (the extra ones hidden)."""
-    p.model_line = gr.HTML(load_status_html(load_state(DEFAULT_PRESET), DEFAULT_PRESET), elem_id="model-status")
+    p.model_line = gr.HTML(load_status_html(load_state(serving_default()), serving_default()), elem_id="model-status")
+    setup_panel.build(p)  # shown where a pair that needs setting up is chosen
     p.status = gr.HTML(status_html("Pick an example to see a comparison at once, or type a prompt and press Run "
                                    "(about 30 s for 128 tokens, shown round by round).", "idle"), elem_id="status")
     p.model_timer = gr.Timer(1.0, active=True)
@@ -236,6 +238,9 @@ def _wire_page(demo: gr.Blocks, p: SimpleNamespace) -> None:
     demo.load(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
     # The line follows the pair menu, whether a visitor or an example set it.
     p.preset.change(model_status, p.preset, [p.model_line, p.model_timer], queue=False, **QUIET)
+    setup_panel.wire(demo, p)
+    if setting_up_at_start():  # each new visitor starts on the pair that serves now: the real one once set up
+        demo.load(lambda: gr.Dropdown(value=serving_default()), None, p.preset, queue=False, **QUIET)
     for policy, box in zip(EXTRA_COLUMNS, p.extra_boxes):
         checkbox = p.column_checkboxes[policy]
         checkbox.change(lambda on: gr.Column(visible=bool(on)), checkbox, box, queue=False, **QUIET)
@@ -301,6 +306,7 @@ def _public_api() -> None:
     slot and lock, so a script and a visitor never compute on the pair at once."""
     gr.api(endpoints.compare, api_name="compare", concurrency_id="specviz-model")
     gr.api(endpoints.presets, api_name="presets", queue=False)
+    gr.api(endpoints.pair_state, api_name="pair_state", queue=False)
     gr.api(endpoints.examples, api_name="examples", queue=False)
     gr.api(endpoints.example, api_name="example", concurrency_id="specviz-views", concurrency_limit=None)
 
@@ -344,10 +350,13 @@ def mcp_enabled(environ: dict[str, str] | None = None) -> bool:
 
 
 def launch(demo: gr.Blocks, argv: list[str] | None = None) -> None:
-    """Start the server (and, unless SPECVIZ_PRELOAD=0, load the default pair in the background);
+    """Start the server (and, unless SPECVIZ_PRELOAD=0, load the default pair in the background; on a
+    Space whose default is the real pair, set that up in the background first: server_state.py);
     the public API is also served as MCP tools unless SPECVIZ_MCP=0."""
     options = server_options(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if setting_up_at_start():  # a Space whose default is the real pair: set it up while the bundled pair serves
+        JOB.start(DEFAULT_PRESET, then=lambda: setup_panel.load_in_background(DEFAULT_PRESET))
     if preloading():
         threading.Thread(target=preload, name="specviz-preload", daemon=True).start()
     demo.launch(server_name=options.host, server_port=options.port, share=options.share,

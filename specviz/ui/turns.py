@@ -20,8 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..decoding.pipeline import Limits, Request, Update, prompt_ids_for, run_preset
-from ..pair.models import LoadState, ModelPair, wait_for_pair
+from ..errors import SpecVizError
+from ..pair.models import LoadState, ModelPair, load_state, wait_for_pair
 from ..pair.presets import PRESETS
+from ..pair.setup_job import JOB
 
 POLL_S = 0.5  # how often a waiting run asks for its turn (and a waiting page hears where it stands)
 STALE_S = 15.0  # a live run shows a sign of life several times a second
@@ -164,6 +166,11 @@ class RunSession:
     pair, the pipeline's steps, and leaving (the caller's `finally`)."""
 
     def __init__(self, turns: Turns, preset: str, request: Request, limits: Limits, owner: str | None = None):
+        setting_up = JOB.state(preset) if preset in PRESETS and PRESETS[preset].setup else None
+        if setting_up is not None and setting_up.running and load_state(preset).phase != "ready":
+            # Loading the hub's copies meanwhile would take the memory the set-up needs, for a slower pair.
+            raise SpecVizError(f"The pair {preset} is being set up on this server ({setting_up.line()}). It runs once "
+                               "that is done; pick another pair meanwhile.")
         self.turns, self.preset, self.request = turns, preset, request
         expected_s = expected_seconds(preset, request.max_new_tokens, request.runs)
         self.limits = limits.allowing(expected_s)

@@ -44,7 +44,9 @@ def kquant_kernel(found: Machine, cache: Path) -> tuple[Path | None, str]:
     try:
         return kquant.build(cache, found.flags), ""
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-        return None, f"need their kernel, which did not build ({str(error)[:120]})"
+        # Said on the model line: the pair still runs, on the set-up taken instead (named after this).
+        return None, (f"kept, but their kernel did not build here ({str(error)[:120]}), so the target runs on "
+                      "its fallback set-up")
 
 
 def tiles_verdict(kernel: Path, found: Machine | None = None) -> kquant_tiles.Verdict:
