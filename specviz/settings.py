@@ -24,6 +24,7 @@ VARIABLES: dict[str, str] = {
     "SPECVIZ_CACHE": "pair/weights.py cache_root",
     "SPECVIZ_TARGET_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
     "SPECVIZ_DRAFT_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
+    "SPECVIZ_DRAFT_VOCAB": "pair/vocab.py asked (full, or a number of tokens)",
 }
 
 
