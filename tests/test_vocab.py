@@ -1,4 +1,4 @@
-"""The draft's smaller output layer (pair/vocab.py) on tiny models built here: the kept rows' logits
+"""The draft's smaller output layer (pair/vocab.py, pair/draft_head.py) on tiny models built here: the kept rows' logits
 are the full layer's and every other id's -inf (float, K-quant codes, the bundled int8 draft),
 speculation stays lossless, EOS and special tokens are always kept, the setting's mistakes are one
 line, and coverage counts what the kept rows could have drafted."""
@@ -16,7 +16,7 @@ from test_cpu import accepted_losslessly, logits, wide_llama
 from test_kquant import kquant_llama
 
 from specviz.errors import SpecVizError
-from specviz.pair import cpu, kquant, models, setups, vocab
+from specviz.pair import cpu, draft_head, kquant, models, setups, vocab
 from specviz.pair.models import build_pair
 from specviz.pair.presets import DEFAULT_PRESET
 
@@ -44,7 +44,7 @@ def test_the_kept_layer_gives_the_full_layers_logits_on_kept_ids_and_minus_inf_e
     model = wide_llama(0)
     prompt = ids(1)
     full = logits(model, prompt)
-    head = vocab.keep_rows(model, KEPT)
+    head = draft_head.keep_rows(model, KEPT)
     assert model.lm_head is head and head.linear.weight.shape == (48, 64)
     assert_kept_only(logits(model, prompt), full, KEPT)
 
@@ -54,7 +54,7 @@ def test_greedy_speculation_with_the_kept_layer_stays_lossless():
     never changes the answer."""
     target = wide_llama(3)
     draft = noisy_copy(target, 0.3, seed=4)
-    vocab.keep_rows(draft, KEPT)
+    draft_head.keep_rows(draft, KEPT)
     assert accepted_losslessly(build_pair("tiny-kept", target, draft, tokenizer=None)) > 0
 
 
@@ -81,7 +81,7 @@ def test_on_k_quant_codes_the_kept_rows_are_the_full_layers_bits(kernel):
     quantized alone) and the kernel computes each from its own tile: the same bits."""
     full = kquant_llama(2)
     reduced = copy.deepcopy(full)
-    vocab.keep_rows(reduced, KEPT)
+    draft_head.keep_rows(reduced, KEPT)
     setups.prepare_draft(full, "kquant", kernel)
     setups.prepare_draft(reduced, "kquant", kernel)
     assert isinstance(reduced.lm_head.linear, kquant.KQuantLinear) and reduced.lm_head.linear.out_features == 48
@@ -106,7 +106,7 @@ def test_the_ranking_takes_the_corpus_and_the_tokenizers_order_in_turns():
     found = vocab.Frequencies(np.array([0, 5, 0, 9, 5, 1]), "a corpus")
     # the corpus's order 3, 1, 4, 5, 0, 2 (equal counts by id) and the ids 0, 1, 2, ... in turns
     assert found.ranking().tolist() == [3, 0, 1, 4, 2, 5]
-    assert found.covered(torch.tensor([3, 1])) == pytest.approx(14 / 20)
+    assert found.covered(np.array([3, 1])) == pytest.approx(14 / 20)
 
 
 class WordTokenizer:
@@ -135,8 +135,8 @@ def test_a_plan_counts_the_corpus_once_and_keeps_eos_and_specials(tmp_path, monk
     assert plan.line.startswith("draft output layer 16 of 64 tokens (100.0% of the tokens of Python ")
     assert len(list((tmp_path / "vocab").glob("stdlib-*.npy"))) == 1
     monkeypatch.setattr(vocab, "count_tokens", lambda *args: pytest.fail("counted again"))
-    assert torch.equal(vocab.plan(64, WordTokenizer(), {63}, tmp_path / "vocab", environ).kept, plan.kept)
-    assert vocab.plan(64, WordTokenizer(), {63}, tmp_path / "vocab", {}) == vocab.Plan(None)
+    assert np.array_equal(vocab.plan(64, WordTokenizer(), {63}, tmp_path / "vocab", environ).kept, plan.kept)
+    assert vocab.plan(64, WordTokenizer(), {63}, tmp_path / "vocab", {}).kept is None
 
 
 # ---- the setting -------------------------------------------------------------------------------

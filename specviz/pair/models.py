@@ -17,10 +17,11 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..errors import SpecVizError
-from . import cpu, gpu, setups, vocab, weights
+from . import cpu, draft_head, gpu, setups, vocab, weights
 from .presets import DEFAULT_PRESET, Preset, get_preset
 from .rows import CATCH_UP_ROWS
 from .setups.int8 import to_row_int8
@@ -46,7 +47,7 @@ class ModelPair:
     draft_row_exact: bool = False
 
 
-def int8_draft(target: torch.nn.Module, kept: torch.Tensor | None = None) -> torch.nn.Module:
+def int8_draft(target: torch.nn.Module, kept: np.ndarray | None = None) -> torch.nn.Module:
     """The target's Linear layers in dynamic int8 (torch.ao), computed row by row for the few
     rows of a catch-up call so that the draft is row-exact (setups/int8.py); its output layer over
     the `kept` rows only, where given (vocab.py)."""
@@ -59,7 +60,7 @@ def int8_draft(target: torch.nn.Module, kept: torch.Tensor | None = None) -> tor
     return draft
 
 
-def bf16_draft(target: torch.nn.Module, kept: torch.Tensor | None = None) -> torch.nn.Module:
+def bf16_draft(target: torch.nn.Module, kept: np.ndarray | None = None) -> torch.nn.Module:
     """The target in bf16, attention one query row at a time so that it may be row-exact (checked
     at load: on an AMX Xeon it is, and reads a backlog in one call); its output layer over the
     `kept` rows only, where given."""
@@ -68,10 +69,10 @@ def bf16_draft(target: torch.nn.Module, kept: torch.Tensor | None = None) -> tor
     return draft
 
 
-def _copy(target: torch.nn.Module, kept: torch.Tensor | None) -> torch.nn.Module:
+def _copy(target: torch.nn.Module, kept: np.ndarray | None) -> torch.nn.Module:
     draft = copy.deepcopy(target)
     if kept is not None:
-        vocab.keep_rows(draft, kept)
+        draft_head.keep_rows(draft, kept)
     return draft
 
 
@@ -98,7 +99,7 @@ def build_pair(preset: str, target: torch.nn.Module, draft: torch.nn.Module, tok
     """Wrap two loaded models (any causal LMs sharing `tokenizer`) as a pair ready for the engine."""
     target.eval()
     draft.eval()
-    rows = min(vocab.output_rows(target), _draft_vocab(draft))
+    rows = min(draft_head.output_rows(target), _draft_vocab(draft))
     return ModelPair(
         preset=preset, target=target, draft=draft, tokenizer=tokenizer,
         device=device or next(target.parameters()).device, vocab_size=rows,
@@ -175,7 +176,7 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
             choice = setups.choose_draft(draft=draft, cache=weights.cache_root() / "kernels")
         kept = _vocab_plan(draft, _eos_ids(target, tokenizer) | _eos_ids(draft, tokenizer), tokenizer, say)
         if kept.kept is not None:  # before the precision set-up, which then converts the kept rows
-            vocab.keep_rows(draft, kept.kept)
+            draft_head.keep_rows(draft, kept.kept)
         if device.type == "cpu":
             setup.append(f"{setups.prepare_draft(draft, choice.setup, choice.kernel)}: {choice.why}")
         pair = build_pair(name, target, draft, tokenizer, device)
@@ -199,7 +200,7 @@ def _vocab_plan(draft: torch.nn.Module, eos_ids: frozenset[int], tokenizer: obje
     """The rows of the draft's output layer that SPECVIZ_DRAFT_VOCAB keeps (all, unset): the EOS ids always."""
     if vocab.asked() is not None:
         say("Choosing the draft's output rows by token frequency")
-    return vocab.plan(vocab.output_rows(draft), tokenizer, eos_ids, weights.cache_root() / "vocab")
+    return vocab.plan(draft_head.output_rows(draft), tokenizer, eos_ids, weights.cache_root() / "vocab")
 
 
 def warm_up(pair: ModelPair) -> None:

@@ -5,16 +5,17 @@ quarter of them (151,936 x 896 of 494 M parameters). FR-Spec (arXiv 2502.14856) 
 a frequency-ranked subset of the vocabulary; the draft then reads 32,768 of those rows per call,
 not 151,936. The target still verifies on the full vocabulary, so the answer is unchanged.
 
-How: `KeptVocabHead` replaces the draft's output layer by a Linear over the kept rows, and gives
-full-vocabulary logits back with -inf outside them. Everything that reads the draft's logits (the
-drafters, the oracle, the what-if replay) is unchanged: the softmax over the full vocabulary then
-is the softmax over the subset, and a token outside it is never drafted (probability 0). The head
-is put in before the precision set-up (`models._load_preset`): the set-up then converts the kept
-rows as it would have converted them in the full layer (every set-up quantizes a row on its own):
-on the K-quant kernel, which computes a channel from its own tile and the row alone, a kept
-token's logit is the bits the full layer gives it; on torch's float products, the same value to
-rounding. The precision set-up is chosen first, on the full draft, so that runs with and without
-the smaller layer differ in that layer alone.
+How: draft_head.KeptVocabHead replaces the draft's output layer by a Linear over the kept rows
+and gives full-vocabulary logits back, -inf outside them. Everything that reads the draft's logits
+(the drafters, the oracle, the what-if replay) is unchanged: the softmax over the full vocabulary
+is then the softmax over the subset, and a token outside it is never drafted (probability 0). The
+head is put in before the precision set-up (`models._load_preset`), which then converts the kept
+rows as it would have in the full layer: int4, bf16 and SpecViz's 4-bit codes convert a row on its
+own (the bundled int8 draft's scale is per layer: the kept rows'), and the K-quant kernel computes
+a channel from its own tile and the row alone, so there a kept token's logit is the bits the full
+layer gives it; torch's float products give the same value to rounding. The precision set-up is
+chosen first, on the full draft, so that runs with and without the smaller layer differ in that
+layer alone.
 
 Which rows: `SPECVIZ_DRAFT_VOCAB` (`full`, the default, or a number of tokens, e.g. 32768 or 32k),
 rounded up to whole tiles of 16 rows (the K-quant kernel's); the pair's EOS ids and the
@@ -23,8 +24,11 @@ tokenizer's special tokens (the chat template's) always, then the most frequent 
 standard library sources (code and English docstrings), tokenized with the pair's tokenizer once
 and cached in the model cache by the tokenizer's hash and the Python version, and by the
 tokenizer's own order, in turns. Never the study's prompts or answers: those are what the subset
-is judged on (`coverage`). Counted at load rather than shipped as a file: it serves any pair's
-tokenizer, and the count takes about 7 s of one core once (14 MB of sources, 3.2 M tokens).
+is judged on (`coverage`; this module loads no torch, so the study's report may use it).
+
+Counted at load rather than shipped as a ranking file: it serves any pair's tokenizer, and the
+count takes about 7 s of one core, once (14 MB of sources, 3.2 M tokens for Qwen's tokenizer). The
+price: the ranking moves a little with the Python version, which the set-up's line names.
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .. import settings
 from ..errors import SpecVizError
@@ -77,46 +80,7 @@ def tag(size: int | None) -> str:
 # ---- the kept rows -------------------------------------------------------------------------
 
 
-class KeptVocabHead(torch.nn.Module):
-    """An output layer over some of the vocabulary's rows (`kept`, ascending): logits for those from
-    a Linear of their weights (`linear`, which a precision set-up may convert like any other), -inf
-    for every other id, in a tensor as wide as the full layer's."""
-
-    def __init__(self, full: torch.nn.Linear, kept: torch.Tensor):
-        super().__init__()
-        self.vocab = full.out_features
-        self.in_features, self.out_features = full.in_features, full.out_features
-        kept = kept.to(device=full.weight.device, dtype=torch.long)
-        self.register_buffer("kept", kept, persistent=False)
-        weight = full.weight.detach()
-        self.linear = torch.nn.Linear(full.in_features, len(kept), bias=full.bias is not None,
-                                      device=weight.device, dtype=weight.dtype)
-        with torch.no_grad():
-            self.linear.weight.copy_(weight[kept])  # a copy: the full layer (tied to the embeddings) stays
-            if full.bias is not None:
-                self.linear.bias.copy_(full.bias.detach()[kept])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        some = self.linear(x)
-        out = some.new_full((*some.shape[:-1], self.vocab), float("-inf"))
-        return out.index_copy_(-1, self.kept, some)
-
-    def extra_repr(self) -> str:
-        return f"kept {len(self.kept)} of {self.vocab} rows"
-
-
-def keep_rows(model: torch.nn.Module, kept: torch.Tensor) -> KeptVocabHead:
-    """In place: the model's output layer (a Linear) replaced by one over the `kept` rows."""
-    full = model.get_output_embeddings()
-    if not isinstance(full, torch.nn.Linear):
-        raise SpecVizError(f"the draft's output layer is a {type(full).__name__}, not a Linear: "
-                           f"set {VOCAB_ENV}={FULL}.")
-    head = KeptVocabHead(full, kept)
-    model.set_output_embeddings(head)
-    return head
-
-
-def kept_ids(ranking: Sequence[int] | np.ndarray, size: int, always: Iterable[int], rows: int) -> torch.Tensor:
+def kept_ids(ranking: Sequence[int] | np.ndarray, size: int, always: Iterable[int], rows: int) -> np.ndarray:
     """The ids to keep, ascending: every id of `always` (EOS, special tokens) below `rows`, then the
     most frequent of `ranking` (ids, most frequent first), `size` in all rounded up to whole tiles
     of TILE, at most `rows`."""
@@ -131,13 +95,13 @@ def kept_ids(ranking: Sequence[int] | np.ndarray, size: int, always: Iterable[in
         if len(chosen) >= count:
             break
         chosen.setdefault(token)
-    return torch.tensor(sorted(chosen), dtype=torch.long)
+    return np.array(sorted(chosen), dtype=np.int64)
 
 
-def coverage(kept: Iterable[int] | torch.Tensor, token_ids: Iterable[int]) -> float:
+def coverage(kept: Iterable[int], token_ids: Iterable[int]) -> float:
     """The share of `token_ids` (e.g. the target's tokens of a suite's recorded answers) that the
-    kept rows could have drafted; 1.0 for no tokens."""
-    keep = set(kept.tolist() if isinstance(kept, torch.Tensor) else kept)
+    `kept` ids (a list, an array, a tensor) could have drafted; 1.0 for no tokens."""
+    keep = set(kept.tolist() if hasattr(kept, "tolist") else kept)
     tokens = list(token_ids)
     return sum(token in keep for token in tokens) / len(tokens) if tokens else 1.0
 
@@ -167,10 +131,10 @@ class Frequencies:
         _, first = np.unique(turns, return_index=True)
         return turns[np.sort(first)]
 
-    def covered(self, kept: torch.Tensor) -> float:
+    def covered(self, kept: np.ndarray) -> float:
         """The share of the corpus's tokens that are kept."""
         total = int(self.counts.sum())
-        return float(self.counts[kept.numpy()].sum()) / total if total else 1.0
+        return float(self.counts[kept].sum()) / total if total else 1.0
 
 
 def stdlib_files(root: Path | None = None) -> list[Path]:
@@ -239,7 +203,7 @@ def special_ids(tokenizer: object) -> set[int]:
 class Plan:
     """The rows SPECVIZ_DRAFT_VOCAB keeps of a draft's output layer (None: all), and the model line's words."""
 
-    kept: torch.Tensor | None
+    kept: np.ndarray | None  # the kept ids, ascending (kept_ids)
     line: str = ""
 
 
@@ -255,18 +219,3 @@ def plan(rows: int, tokenizer: object, eos_ids: Iterable[int], cache: Path | Non
     kept = kept_ids(found.ranking(), size, set(eos_ids) | special_ids(tokenizer), rows)
     return Plan(kept, f"draft output layer {len(kept):,} of {rows:,} tokens ({found.covered(kept):.1%} of the "
                       f"tokens of {found.corpus})")
-
-
-def output_rows(model: torch.nn.Module) -> int:
-    output = model.get_output_embeddings()
-    return int(getattr(output, "out_features", None) or output.weight.shape[0])
-
-
-def set_up(model: torch.nn.Module, tokenizer: object, eos_ids: Iterable[int], cache: Path | None,
-           environ: Mapping[str, str] | None = None) -> str:
-    """In place, as SPECVIZ_DRAFT_VOCAB asks: the draft's output layer over the most frequent tokens;
-    returns what it did, for the model line ("" for the full layer)."""
-    chosen = plan(output_rows(model), tokenizer, eos_ids, cache, environ)
-    if chosen.kept is not None:
-        keep_rows(model, chosen.kept)
-    return chosen.line
