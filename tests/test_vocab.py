@@ -175,3 +175,31 @@ def test_coverage_is_the_share_of_tokens_the_kept_rows_could_have_drafted():
     assert vocab.coverage([1, 2, 3], [1, 1, 4, 2]) == 0.75
     assert vocab.coverage(torch.tensor([1, 2, 3]), [5, 6]) == 0.0
     assert vocab.coverage(KEPT, []) == 1.0
+
+
+# ---- named apart in the study, measured apart in pass-costs -------------------------------------
+
+
+def test_a_study_run_with_the_smaller_layer_is_a_pair_of_its_own():
+    from specviz.decoding.drafts import DEFAULT_DRAFT, DraftSpec
+    from specviz.study.report import model_preset
+    from specviz.study.runner import study_name
+
+    assert study_name("pair-a", DEFAULT_DRAFT, None) == "pair-a"
+    assert study_name("pair-a", DEFAULT_DRAFT, 32768) == "pair-a+model-v32k"
+    assert study_name("pair-a", DraftSpec.of("hybrid"), 65536) == "pair-a+hybrid-v64k"
+    assert study_name("pair-a", DraftSpec.of("lookup"), 32768) == "pair-a+lookup"  # runs no draft model
+    assert model_preset("pair-a+model-v32k") == "pair-a"
+
+
+def test_pass_costs_measures_a_set_up_with_the_smaller_layer_when_told_at_sign_size(monkeypatch):
+    from specviz import settings
+    from specviz.study import passcosts
+
+    monkeypatch.delenv(vocab.VOCAB_ENV, raising=False)
+    assert passcosts._known("kquant@32k") and passcosts._known("bf16/int4@64k") and passcosts._known("kquant")
+    with passcosts._forced("bf16/int4@32k"):
+        assert vocab.asked() == 32768 and settings.read(cpu.DRAFT_SETUP_ENV) == "int4"
+    assert vocab.asked() is None
+    with pytest.raises(SpecVizError, match=vocab.VOCAB_ENV):
+        passcosts._known("kquant@lots")
