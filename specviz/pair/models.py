@@ -149,8 +149,8 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
     if preset.target == "bundled":
         target, tokenizer = weights.load_bundled_target(say)
         say(f"Building the {preset.draft} draft")
-        kept = _vocab_plan(target, _eos_ids(target, tokenizer), tokenizer, say)
-        draft = int8_draft(target, kept.kept) if preset.draft == "int8" else bf16_draft(target, kept.kept)
+        draft_vocab = _vocab_plan(target, _eos_ids(target, tokenizer), tokenizer, say)
+        draft = int8_draft(target, draft_vocab.kept) if preset.draft == "int8" else bf16_draft(target, draft_vocab.kept)
         say("Choosing the target's set-up for this CPU")  # after the draft is made from the target as loaded
         choice = setups.choose_fp32_target(target)
         target_setup = f"{setups.prepare_target(target, choice.setup, choice.sizes)}: {choice.why}"
@@ -174,15 +174,15 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         check_same_vocabulary(tokenizer, draft_tokenizer)
         if device.type == "cpu":  # chosen on the full draft: with and without a smaller output layer alike
             choice = setups.choose_draft(draft=draft, cache=weights.cache_root() / "kernels")
-        kept = _vocab_plan(draft, _eos_ids(target, tokenizer) | _eos_ids(draft, tokenizer), tokenizer, say)
-        if kept.kept is not None:  # before the precision set-up, which then converts the kept rows
-            draft_head.keep_rows(draft, kept.kept)
+        draft_vocab = _vocab_plan(draft, _eos_ids(target, tokenizer) | _eos_ids(draft, tokenizer), tokenizer, say)
+        if draft_vocab.kept is not None:  # before the precision set-up, which then converts the kept rows
+            draft_head.keep_rows(draft, draft_vocab.kept)
         if device.type == "cpu":
             setup.append(f"{setups.prepare_draft(draft, choice.setup, choice.kernel)}: {choice.why}")
         pair = build_pair(name, target, draft, tokenizer, device)
         pair.setup = "; ".join(setup) or f"target and draft in {gpu.model_dtype(device)} on {device.type}"
-    if kept.line:
-        pair.setup += f"; {kept.line}"
+    if draft_vocab.line:
+        pair.setup += f"; {draft_vocab.line}"
     if pair.device.type == "cpu":
         say("Checking whether the draft can catch up in one call")
         pair.draft_row_exact = cpu.draft_rows_exact(pair.draft)
