@@ -34,6 +34,7 @@ price: the ranking moves a little with the Python version, which the set-up's li
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -145,26 +146,18 @@ def stdlib_files(root: Path | None = None) -> list[Path]:
 
 
 def count_tokens(tokenizer: object, texts: Iterable[str], rows: int) -> np.ndarray:
-    """How often each id below `rows` occurs in `texts`, tokenized without special tokens."""
+    """How often each id below `rows` occurs in `texts`, tokenized without special tokens, a batch
+    of texts at a time (the tokenizers library encodes a batch on all cores)."""
     counts = np.zeros(rows, dtype=np.int64)
     backend = getattr(tokenizer, "backend_tokenizer", None)  # the tokenizers library's, where it has one
-    batch: list[str] = []
-
-    def add(batch: list[str]) -> None:
+    texts = iter(texts)
+    while batch := list(itertools.islice(texts, FILES_PER_BATCH)):
         if backend is not None:
-            encoded = [e.ids for e in backend.encode_batch(batch, add_special_tokens=False)]
+            encoded = [one.ids for one in backend.encode_batch(batch, add_special_tokens=False)]
         else:
             encoded = [tokenizer.encode(text, add_special_tokens=False) for text in batch]
         ids = np.fromiter((i for one in encoded for i in one), dtype=np.int64)
-        counts[:] += np.bincount(ids[(ids >= 0) & (ids < rows)], minlength=rows)
-
-    for text in texts:
-        batch.append(text)
-        if len(batch) == FILES_PER_BATCH:
-            add(batch)
-            batch = []
-    if batch:
-        add(batch)
+        counts += np.bincount(ids[(ids >= 0) & (ids < rows)], minlength=rows)
     return counts
 
 
