@@ -1,7 +1,8 @@
-"""The draft's smaller output layer (pair/vocab.py, pair/draft_head.py) on tiny models built here: the kept rows' logits
-are the full layer's and every other id's -inf (float, K-quant codes, the bundled int8 draft),
-speculation stays lossless, EOS and special tokens are always kept, the setting's mistakes are one
-line, and coverage counts what the kept rows could have drafted."""
+"""The draft's smaller output layer (pair/vocab.py, pair/draft_head.py) on tiny models built here:
+the kept rows' logits are the full layer's and every other id's -inf (float, K-quant codes, the
+bundled int8 draft), speculation stays lossless, EOS and special tokens are always kept, the
+setting's mistakes are one line, coverage counts what the kept rows could have drafted, and the
+study and pass-costs name and measure a run with it apart."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def assert_kept_only(reduced: torch.Tensor, full: torch.Tensor | None, kept: tor
         assert torch.equal(reduced[:, kept], full[:, kept])
     elif full is not None:
         torch.testing.assert_close(reduced[:, kept], full[:, kept])
-    dropped = torch.ones(full.shape[-1], dtype=torch.bool)
+    dropped = torch.ones(reduced.shape[-1], dtype=torch.bool)
     dropped[kept] = False
     assert torch.all(reduced[:, dropped] == float("-inf"))
     assert set(reduced.argmax(-1).tolist()) <= set(kept.tolist())  # a dropped id is never the draft's guess
