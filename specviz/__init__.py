@@ -4,7 +4,8 @@ Five packages, one per stage of the data flow (docs/DESIGN.md); imports run one 
 study down to explain, from explain down to decoding, and from decoding down to the pair:
 
     pair/      the model pair, set up for the machine: presets, where weights come from (weights,
-               wheel_parts), loading (models), the CPU and GPU set-ups (cpu, kquant, gpu)
+               wheel_parts), loading (models), the CPU and GPU set-ups (cpu, kquant, gpu), a
+               smaller draft output layer (vocab, draft_head)
     decoding/  decode one prompt: lookahead rules (policies) and their registry (modes), what
                proposes tokens (drafters, lookup), the draft-verify loop (engine), the oracle's
                ideal (oracle), what a pass costs (costcurve), how the draft reads the text

@@ -26,6 +26,7 @@ VARIABLES: dict[str, str] = {
     "SPECVIZ_SET_UP_AT_START": "ui/server_state.py setting_up_at_start",
     "SPECVIZ_TARGET_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
     "SPECVIZ_DRAFT_SETUP": "pair/setups/__init__.py asked (a name in SETUPS, or auto)",
+    "SPECVIZ_DRAFT_VOCAB": "pair/vocab.py asked (full, or a number of tokens)",
 }
 
 

@@ -36,7 +36,8 @@ def loaded_after(modules: tuple[str, ...]) -> set[str]:
     ("specviz.explain.sweep",),  # the what-if replay
     ("specviz.explain", "specviz.explain.analysis", "specviz.explain.costs", "specviz.explain.hindsight",
      "specviz.decoding.feeding"),  # every explainer, and the feeding protocol they count with
-], ids=["report", "what-if", "explainers"])
+    ("specviz.pair.vocab",),  # which rows a smaller draft output layer keeps, and their coverage of an answer
+], ids=["report", "what-if", "explainers", "draft-vocabulary"])
 def test_imports_no_torch(modules):
     assert loaded_after(modules) == set()
 

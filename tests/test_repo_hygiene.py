@@ -86,12 +86,21 @@ def test_docs_hold_prose_and_the_pictures_they_show():
 
 
 def _presets_and_draft(folder: Path) -> tuple[set[str], str]:
-    """The pairs a run's records name, and its draft (`+lookup` in a studied name: lookup)."""
+    """The pairs a run's records name, and its draft (`_draft_of`)."""
     lines = (folder / "results.jsonl").read_text(encoding="utf-8").splitlines()
     names = {json.loads(line)["preset"] for line in lines if line.strip()}
-    drafts = {"lookup" if "+lookup" in name else "model" for name in names}
+    drafts = {_draft_of(name) for name in names}
     assert len(drafts) == 1, (folder.name, names)
-    return {name.split("+lookup")[0] for name in names}, drafts.pop()
+    return {name.split("+")[0] for name in names}, drafts.pop()
+
+
+def _draft_of(name: str) -> str:
+    """A studied pair's draft as a run's name says it: what follows `+` without the draft's settings
+    (`+lookup-n3-k16`: lookup), but for a smaller draft output layer's size (`+model-v32k`:
+    model-v32k); nothing: the draft model."""
+    _, _, drafted = name.partition("+")
+    kind, *tags = drafted.split("-") if drafted else ["model"]
+    return "-".join([kind, *(tag for tag in tags if re.fullmatch(r"v\d+k?", tag))])
 
 
 def test_every_kept_run_is_named_for_what_it_holds():
@@ -135,6 +144,10 @@ def test_names_read_back_as_they_were_made():
         ("smollm2-135m-int8", "smollm2-135m-bf16"), "model", "epyc-avx512", "2026-12-07", 2)
     made = "qwen2.5-coder-1.5b-lookup-xeon-amx-2026-12-05"
     assert str(parse_run(made)) == made
+    reduced = parse_run("qwen2.5-coder-1.5b-model-v32k-xeon-amx-2026-12-08")  # a smaller draft output layer
+    assert (reduced.presets, reduced.draft, reduced.cpu) == (("qwen2.5-coder-1.5b",), "model-v32k", "xeon-amx")
+    assert [_draft_of(n) for n in ("a", "a+lookup-n3-k16", "a+model-v32k", "a+hybrid-v64k")] == [
+        "model", "lookup", "model-v32k", "hybrid-v64k"]
     assert cpu_kind("Intel(R) Xeon(R) Processor (amx_bf16, avx512_bf16, avx512f, avx2)") == "xeon-amx"
     assert cpu_kind("AMD EPYC (avx2)") == "epyc-avx2" and cpu_kind("AMD EPYC") == "epyc"
     bench = parse_bench("pass-costs-qwen2.5-coder-1.5b-epyc-avx2-2026-12-07.json")

@@ -17,10 +17,11 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..errors import SpecVizError
-from . import cpu, gpu, setups, weights
+from . import cpu, draft_head, gpu, setups, vocab, weights
 from .presets import DEFAULT_PRESET, Preset, get_preset
 from .rows import CATCH_UP_ROWS
 from .setups.int8 import to_row_int8
@@ -46,23 +47,32 @@ class ModelPair:
     draft_row_exact: bool = False
 
 
-def int8_draft(target: torch.nn.Module) -> torch.nn.Module:
+def int8_draft(target: torch.nn.Module, kept: np.ndarray | None = None) -> torch.nn.Module:
     """The target's Linear layers in dynamic int8 (torch.ao), computed row by row for the few
-    rows of a catch-up call so that the draft is row-exact (setups/int8.py)."""
+    rows of a catch-up call so that the draft is row-exact (setups/int8.py); its output layer over
+    the `kept` rows only, where given (vocab.py)."""
+    draft = _copy(target, kept)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao quantization is deprecated but works in 2.13
-        # In place on a private copy: the default would make a third full copy of the weights.
-        draft = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear}, dtype=torch.qint8,
-                                                       inplace=True)
+        # In place on the private copy: the default would make a third full copy of the weights.
+        draft = torch.ao.quantization.quantize_dynamic(draft, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     to_row_int8(draft, CATCH_UP_ROWS)
     return draft
 
 
-def bf16_draft(target: torch.nn.Module) -> torch.nn.Module:
+def bf16_draft(target: torch.nn.Module, kept: np.ndarray | None = None) -> torch.nn.Module:
     """The target in bf16, attention one query row at a time so that it may be row-exact (checked
-    at load: on an AMX Xeon it is, and reads a backlog in one call)."""
-    draft = copy.deepcopy(target).to(torch.bfloat16)
+    at load: on an AMX Xeon it is, and reads a backlog in one call); its output layer over the
+    `kept` rows only, where given."""
+    draft = _copy(target, kept).to(torch.bfloat16)
     cpu.use_row_attention(draft)
+    return draft
+
+
+def _copy(target: torch.nn.Module, kept: np.ndarray | None) -> torch.nn.Module:
+    draft = copy.deepcopy(target)
+    if kept is not None:
+        draft_head.keep_rows(draft, kept)
     return draft
 
 
@@ -89,18 +99,13 @@ def build_pair(preset: str, target: torch.nn.Module, draft: torch.nn.Module, tok
     """Wrap two loaded models (any causal LMs sharing `tokenizer`) as a pair ready for the engine."""
     target.eval()
     draft.eval()
-    vocab = min(_output_rows(target), _draft_vocab(draft))
+    rows = min(draft_head.output_rows(target), _draft_vocab(draft))
     return ModelPair(
         preset=preset, target=target, draft=draft, tokenizer=tokenizer,
-        device=device or next(target.parameters()).device, vocab_size=vocab,
+        device=device or next(target.parameters()).device, vocab_size=rows,
         eos_token_ids=_eos_ids(target, tokenizer),
         max_context=int(getattr(target.config, "max_position_embeddings", 2048) or 2048),
     )
-
-
-def _output_rows(model: torch.nn.Module) -> int:
-    output = model.get_output_embeddings()
-    return int(getattr(output, "out_features", None) or output.weight.shape[0])
 
 
 def _draft_vocab(draft: torch.nn.Module) -> int:
@@ -140,10 +145,12 @@ def load_pair(name: str = DEFAULT_PRESET, progress: Callable[[str], None] | None
 def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | None) -> ModelPair:
     say = progress or (lambda message: None)
     started = time.perf_counter()
+    vocab.asked()  # a mistaken SPECVIZ_DRAFT_VOCAB is refused before any model loads
     if preset.target == "bundled":
         target, tokenizer = weights.load_bundled_target(say)
         say(f"Building the {preset.draft} draft")
-        draft = int8_draft(target) if preset.draft == "int8" else bf16_draft(target)
+        draft_vocab = _vocab_plan(target, _eos_ids(target, tokenizer), tokenizer, say)
+        draft = int8_draft(target, draft_vocab.kept) if preset.draft == "int8" else bf16_draft(target, draft_vocab.kept)
         say("Choosing the target's set-up for this CPU")  # after the draft is made from the target as loaded
         choice = setups.choose_fp32_target(target)
         target_setup = f"{setups.prepare_target(target, choice.setup, choice.sizes)}: {choice.why}"
@@ -164,12 +171,18 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         say(f"Loading draft {preset.draft}")
         draft, draft_tokenizer = weights.load_model(preset, name, preset.draft, device,
                                                     gpu.model_dtype(device, _dtype(preset.draft_dtype)), say)
-        if device.type == "cpu":
-            choice = setups.choose_draft(draft=draft, cache=weights.cache_root() / "kernels")
-            setup.append(f"{setups.prepare_draft(draft, choice.setup, choice.kernel)}: {choice.why}")
         check_same_vocabulary(tokenizer, draft_tokenizer)
+        if device.type == "cpu":  # chosen on the full draft: with and without a smaller output layer alike
+            choice = setups.choose_draft(draft=draft, cache=weights.cache_root() / "kernels")
+        draft_vocab = _vocab_plan(draft, _eos_ids(target, tokenizer) | _eos_ids(draft, tokenizer), tokenizer, say)
+        if draft_vocab.kept is not None:  # before the precision set-up, which then converts the kept rows
+            draft_head.keep_rows(draft, draft_vocab.kept)
+        if device.type == "cpu":
+            setup.append(f"{setups.prepare_draft(draft, choice.setup, choice.kernel)}: {choice.why}")
         pair = build_pair(name, target, draft, tokenizer, device)
         pair.setup = "; ".join(setup) or f"target and draft in {gpu.model_dtype(device)} on {device.type}"
+    if draft_vocab.line:
+        pair.setup += f"; {draft_vocab.line}"
     if pair.device.type == "cpu":
         say("Checking whether the draft can catch up in one call")
         pair.draft_row_exact = cpu.draft_rows_exact(pair.draft)
@@ -180,6 +193,14 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         warm_up(pair)
     pair.load_s = time.perf_counter() - started
     return pair
+
+
+def _vocab_plan(draft: torch.nn.Module, eos_ids: frozenset[int], tokenizer: object,
+                say: Callable[[str], None]) -> vocab.Plan:
+    """The rows of the draft's output layer that SPECVIZ_DRAFT_VOCAB keeps (all, unset): the EOS ids always."""
+    if vocab.asked() is not None:
+        say("Choosing the draft's output rows by token frequency")
+    return vocab.plan(draft_head.output_rows(draft), tokenizer, eos_ids, weights.cache_root() / "vocab")
 
 
 def warm_up(pair: ModelPair) -> None:

@@ -8,7 +8,9 @@ docs/, each named so that a reader (and the code) can tell what it holds without
 
 - pair: the preset run (`--preset`); a run of several presets joins them with "+"
   (`smollm2-135m-int8+smollm2-135m-bf16`);
-- draft: what drafted, `model` (the pair's draft model) or `lookup` (`--draft lookup`);
+- draft: what drafted, `model` (the pair's draft model), `lookup` (`--draft lookup`) or `hybrid`
+  (`--draft hybrid`); a draft model with a smaller output layer adds its size, `model-v32k`
+  (SPECVIZ_DRAFT_VOCAB=32k, pair/vocab.py), as the records' pair names do;
 - cpu: the machine's kind, `cpu_kind` of the CPU its meta.json names: epyc-avx2, epyc-avx512,
   xeon-amx, ...;
 - date: the day (UTC) the run started, its meta.json's first invocation (a benchmark: the day it
@@ -35,7 +37,7 @@ BENCH_RESULTS = RESULTS / "bench"
 INDEX = RESULTS / "index.json"
 BENCH_KINDS = ("llamacpp", "pass-costs", "feeding")  # scripts/bench_llamacpp.py, pass-costs, scripts/bench_feeding.py
 
-_TAIL = r"-(?P<draft>[a-z0-9]+)-(?P<cpu>[a-z0-9]+-[a-z0-9]+)-(?P<date>\d{4}-\d\d-\d\d)(?:-(?P<n>[2-9]|[1-9]\d+))?"
+_TAIL = r"-(?P<draft>[a-z0-9]+(?:-v\d+k?)?)-(?P<cpu>[a-z0-9]+-[a-z0-9]+)-(?P<date>\d{4}-\d\d-\d\d)(?:-(?P<n>[2-9]|[1-9]\d+))?"
 _RUN = re.compile(r"(?P<pair>[a-z0-9][a-z0-9.+-]*?)" + _TAIL)
 _BENCH = re.compile(r"(?P<what>" + "|".join(BENCH_KINDS) + r")-(?P<pair>[a-z0-9][a-z0-9.+-]*?)-"
                     r"(?P<cpu>[a-z0-9]+-[a-z0-9]+)-(?P<date>\d{4}-\d\d-\d\d)(?:-(?P<n>[2-9]|[1-9]\d+))?\.(?P<ext>\w+)")

@@ -35,7 +35,7 @@ from ..decoding.modes import ModeSpec, parse_modes
 from ..decoding.trace import Comparison
 from ..errors import SpecVizError
 from ..explain.hindsight import SavedRun
-from ..pair import cpu
+from ..pair import cpu, vocab
 from .records import ModeResult, PromptResult, RoundRecord
 from .report import (
     PAIR_DRAFT_MARK,
@@ -232,17 +232,19 @@ def _parse_presets(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def study_name(preset: str, draft: DraftSpec) -> str:
+def study_name(preset: str, draft: DraftSpec, draft_vocab: int | None = None) -> str:
     """The name a pair is studied under with `draft`: the preset's own with its draft model, else
     "PRESET+DRAFT" at the draft's defaults ("smollm2-135m-int8+lookup"), or with its settings by
-    their tags ("...+lookup-n3-k16"): a pair of its own in the records and the report."""
-    if draft.name == DEFAULT_DRAFT.name:
+    their tags ("...+lookup-n3-k16"): a pair of its own in the records and the report. A draft that
+    runs the draft model with a smaller output layer (`draft_vocab` tokens, SPECVIZ_DRAFT_VOCAB) says
+    so last ("...+model-v32k", "...+hybrid-v32k")."""
+    size_tag = vocab.tag(draft_vocab) if draft.kind.counts_passes else ""
+    if draft.name == DEFAULT_DRAFT.name and not size_tag:
         return preset
     kind = draft.kind
-    if draft.params == kind.defaults():
-        return f"{preset}{PAIR_DRAFT_MARK}{draft.name}"
-    tags = "".join(f"-{s.tag}{draft.params[s.key]:g}" for s in kind.settings)
-    return f"{preset}{PAIR_DRAFT_MARK}{draft.name}{tags}"
+    tags = "" if draft.params == kind.defaults() else "".join(
+        f"-{s.tag}{draft.params[s.key]:g}" for s in kind.settings)
+    return f"{preset}{PAIR_DRAFT_MARK}{draft.name}{tags}" + (f"-{size_tag}" if size_tag else "")
 
 
 # ---- commands as anyone could type them -----------------------------------------------------
@@ -371,7 +373,10 @@ def cmd_study(args: argparse.Namespace, say: Callable[[str], None] = _stderr) ->
     draft = drafts.from_arguments(args)
     if draft != DEFAULT_DRAFT and on_ray is not None:
         raise SpecVizError(f"--draft {draft.name} runs in this process only: leave out --ray.")
-    presets = tuple(study_name(p, draft) for p in (_parse_presets(args.preset) or STUDY_PRESETS))
+    draft_vocab = vocab.asked()  # the pairs load in this process with it: their names say so
+    if draft_vocab is not None and on_ray is not None:
+        raise SpecVizError(f"{vocab.VOCAB_ENV} applies in this process only: leave out --ray.")
+    presets = tuple(study_name(p, draft, draft_vocab) for p in (_parse_presets(args.preset) or STUDY_PRESETS))
     max_new_tokens = args.max_new_tokens or 128
     out.mkdir(parents=True, exist_ok=True)
     store = ResultStore(out / "results.jsonl")
