@@ -185,8 +185,13 @@ def _timed(preset: str, suite: str, walls: dict[str, float]) -> PromptResult:
                         modes)
 
 
-def test_the_lookup_section_names_the_faster_draft_and_the_policy_that_suits_lookup():
-    from specviz.study.report import Run, lookup_section, suited_policy
+def _per_draft(lines: list[str]) -> list[str]:
+    """The draft section's tables of one draft against the model draft (before "Which draft for")."""
+    return lines[:next(i for i, line in enumerate(lines) if line.startswith("**Which draft for"))]
+
+
+def test_the_draft_section_names_the_faster_draft_and_the_policy_that_suits_lookup():
+    from specviz.study.report import Run, draft_section, suited_policy
 
     model = Run("docs/m", "m", None, "pair-a", [_timed("pair-a", "coding", {"static": 4.0, "dynamic": 2.5}),
                                                 _timed("pair-a", "questions", {"static": 4.0, "dynamic": 2.2})], 0, [])
@@ -195,7 +200,7 @@ def test_the_lookup_section_names_the_faster_draft_and_the_policy_that_suits_loo
                     "questions": {"static": 3.0, "dynamic": 2.05, "costaware": 2.0, "oracle": 1.5}}
     lookup = Run("docs/l", "l", None, "pair-a+lookup",
                  [_timed("pair-a+lookup", suite, walls) for suite, walls in lookup_walls.items()], 0, [])
-    lines = lookup_section({"pair-a": model, "pair-a+lookup": lookup})
+    lines = _per_draft(draft_section({"pair-a": model, "pair-a+lookup": lookup}))
     text = "\n".join(lines)
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
             for line in lines if line.startswith("| ") and not line.startswith("| suite")}
@@ -207,15 +212,36 @@ def test_the_lookup_section_names_the_faster_draft_and_the_policy_that_suits_loo
            "2 of 3 suites" in text
     assert suited_policy([]) == (None, "no practical policy stays at or above 0.95x on every suite")
     slow = Run("docs/s", "s", None, "pair-b+lookup", [_timed("pair-b+lookup", "coding", {"static": 2.5})], 0, [])
-    assert "no practical policy stays at or above 0.95x" in "\n".join(lookup_section({"pair-b+lookup": slow}))
-    assert lookup_section({"pair-a": model}) == []
+    assert "no practical policy stays at or above 0.95x" in "\n".join(draft_section({"pair-b+lookup": slow}))
+    assert draft_section({"pair-a": model}) == []
     # the model draft's run on another machine does not count: two machines' timings do not compare
     elsewhere = Run("docs/m2", "m2", None, "pair-a", model.records, 0, [{"cpu": "another CPU", "cores": 2}])
-    lines = lookup_section({"pair-a": elsewhere, "pair-a+lookup": lookup}, [elsewhere, lookup])
+    lines = _per_draft(draft_section({"pair-a": elsewhere, "pair-a+lookup": lookup}, [elsewhere, lookup]))
     assert "model draft (not studied on this machine)" in "\n".join(lines)
     assert all(line.split("|")[2].strip() == "not run" for line in lines if line.startswith("| coding"))
-    lines = lookup_section({"pair-a": elsewhere, "pair-a+lookup": lookup}, [model, elsewhere, lookup])
+    lines = draft_section({"pair-a": elsewhere, "pair-a+lookup": lookup}, [model, elsewhere, lookup])
     assert any(line.startswith("| coding | dynamic 0.80x") for line in lines)  # the run on the same machine
+
+
+def test_which_draft_names_the_fastest_draft_per_suite_on_one_machine():
+    from specviz.study.report import Run, draft_section
+
+    model = Run("results/m", "m", None, "pair-a", [_timed("pair-a", "coding", {"static": 4.0, "dynamic": 2.5}),
+                                                   _timed("pair-a", "questions", {"static": 1.6, "dynamic": 2.2})], 0, [])
+    hybrid = Run("results/h", "h", None, "pair-a+hybrid", [_timed("pair-a+hybrid", "coding", {"static": 1.6}),
+                                                           _timed("pair-a+hybrid", "questions", {"static": 1.8})], 0, [])
+    smaller = Run("results/v", "v", None, "pair-a+hybrid-v32k",
+                  [_timed("pair-a+hybrid-v32k", "coding", {"static": 1.5, "oracle": 0.5})], 0, [])
+    lines = draft_section({"pair-a": model, "pair-a+hybrid": hybrid, "pair-a+hybrid-v32k": smaller})
+    table = lines[lines.index(next(line for line in lines if line.startswith("**Which draft for pair-a**"))):]
+    assert table[2] == "| suite | model draft | hybrid | hybrid-v32k | fastest draft |"
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+            for line in table if line.startswith("| ") and not line.startswith("| suite")}
+    # 2 s of target-only decoding over each policy's wall time; the oracle never counts
+    assert rows["coding"] == ["dynamic 0.80x", "static 1.25x", "static 1.33x", "hybrid-v32k"]
+    assert rows["questions"] == ["static 1.25x", "static 1.11x", "not run", "model draft"]
+    assert any(line.startswith("| coding | dynamic 0.80x | static 1.25x | 1.56 | hybrid |") for line in lines)
+    assert not any("suits this lookup draft" in line for line in lines)  # that rule is lookup's alone
 
 
 def test_without_a_complete_run_the_run_over_the_most_suites_is_current():

@@ -18,11 +18,11 @@ from .current import Run, current_runs, page_order, runs_in_folder
 from .figures import SuiteFigures, judged_tokens, jump_stats, modeled_time, percentile, prompt_wins, suite_figures
 from .text import duration
 from .verdicts import PAIR_DRAFT_MARK, RULES, STUDY_HEADLINE, STUDY_MODES, majority, model_preset, suited_policy
-from .write import lookup_section, page_of_record, report_markdown, write_csv
+from .write import draft_section, page_of_record, report_markdown, write_csv
 
 __all__ = [
     "PAIR_DRAFT_MARK", "RULES", "STUDY_HEADLINE", "STUDY_MODES", "ModeResult", "PromptResult", "RoundRecord", "Run",
-    "SuiteFigures", "current_runs", "duration", "judged_tokens", "jump_stats", "lookup_section", "majority",
+    "SuiteFigures", "current_runs", "draft_section", "duration", "judged_tokens", "jump_stats", "majority",
     "model_preset", "modeled_time", "page_of_record", "page_order", "percentile", "prompt_wins", "report_markdown",
     "runs_in_folder", "suite_figures", "suited_policy", "write_csv",
 ]

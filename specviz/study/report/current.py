@@ -13,7 +13,7 @@ from typing import Any
 from ...pair.presets import PRESETS
 from ..records import PromptResult
 from .text import _n
-from .verdicts import LOOKUP_MARK, model_preset
+from .verdicts import PAIR_DRAFT_MARK, model_preset
 
 
 @dataclass
@@ -106,12 +106,12 @@ def why_not_current(run: Run, runs: Sequence[Run]) -> str | None:
 
 def page_order(run: Run) -> tuple[bool, int, str, str]:
     """Where a run stands on the page of record: pairs with their draft model first, then those with
-    a lookup draft, each in the order of the presets (pair/presets.py; a pair not listed there after
+    another draft (lookup, hybrid, ...), each in the order of the presets (pair/presets.py; a pair not listed there after
     those that are, by name), the runs of one pair by folder. So the page is the same whatever the
     order its folders were given in."""
     listed = list(PRESETS)
     base = model_preset(run.preset)
-    return LOOKUP_MARK in run.preset, listed.index(base) if base in listed else len(listed), run.preset, run.name
+    return PAIR_DRAFT_MARK in run.preset, listed.index(base) if base in listed else len(listed), run.preset, run.name
 
 
 def current_runs(runs: Sequence[Run]) -> dict[str, Run]:

@@ -1,5 +1,5 @@
 """The verdict rules: what the study runs (`STUDY_MODES`), the study's published figures
-(`STUDY_HEADLINE`), each claim's rule stated in words (`RULES`, `LOOKUP_RULES`, printed in every
+(`STUDY_HEADLINE`), each claim's rule stated in words (`RULES`, `DRAFT_RULES`, printed in every
 report) and the small functions that apply them to the figures (`headline_holds`,
 `figures.JumpStats.jumps_around`, `dynamic_wins`, `majority`, `suited_policy`). The verdicts are
 never written in: each follows from the numbers by these rules.
@@ -131,16 +131,25 @@ def model_preset(name: str) -> str:
     return name.split(PAIR_DRAFT_MARK)[0]
 
 
-LOOKUP_RULES = f"""\
+def draft_name(name: str) -> str:
+    """The draft a studied pair's name stands for: "lookup", "hybrid-v32k", or "model draft"."""
+    return name.partition(PAIR_DRAFT_MARK)[2] or "model draft"
+
+
+DRAFT_RULES = f"""\
 - **The faster draft**, per suite: each draft's best practical policy (every policy but the oracle,
   which needs the answer in advance), by measured speedup over target-only decoding with the
-  suite's wall times summed; lookup is the faster draft where its figure is the higher. Measured
-  time on every pair: a lookup draft makes no forward pass, so its wall clock is what a user
-  gets. On the bundled pairs the model draft is a copy of the target costing 0.5-1.0 of a target
-  pass: its measured figure is what that pair gives, not what a cheap draft would (its modeled
-  figures are in the pair's own sections). The lookup side is its pair's current run; the model
-  draft's is that pair's latest complete run on the same machine (two machines' timings do not
-  compare), whose prompts and token budget its own report names.
+  suite's wall times summed; a draft (lookup, hybrid, or the model draft with a smaller output
+  layer, `-v32k`) is the faster one where its figure is the higher. Measured time on every pair:
+  a lookup draft makes no forward pass and a hybrid makes fewer, so the wall clock is what a
+  user gets. On the bundled pairs the model draft is a copy of the target costing 0.5-1.0 of a
+  target pass: its measured figure is what that pair gives, not what a cheap draft would (its
+  modeled figures are in the pair's own sections). Each draft's side is its pair's current run;
+  the model draft's is that pair's latest complete run on the same machine (two machines'
+  timings do not compare), whose prompts and token budget its own report names.
+- **Which draft**, per pair, machine and suite: of the model draft and every other draft studied
+  on that machine, the one whose best practical policy has the highest measured speedup (a
+  draft not run on a suite has no figure there).
 - **The policy that suits a lookup draft**: among the practical policies run with it, those that
   stay at or above {STOP_FLOOR}x target-only on every suite (a lookup draft must know to stop
   where the answer does not repeat its context); of those, the fastest on the most suites (ties:
@@ -155,7 +164,7 @@ def best_practical(figures: SuiteFigures) -> tuple[str, float] | None:
 
 
 def suited_policy(figures: Sequence[SuiteFigures]) -> tuple[str | None, str]:
-    """The policy that suits a lookup draft by LOOKUP_RULES, and why, in a sentence."""
+    """The policy that suits a lookup draft by DRAFT_RULES, and why, in a sentence."""
     policies = [p for p in dict.fromkeys(p for f in figures for p in f.totals) if p != "oracle"]
     floors = {p: min((f.measured_speedup(p) or 0.0) for f in figures) for p in policies}
     steady = [p for p in policies if floors[p] >= STOP_FLOOR]

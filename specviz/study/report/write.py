@@ -1,6 +1,6 @@
 """Writing it down: a run's STUDY.md (`report_markdown`), its results.csv (`write_csv`) and the
 page of record over every kept run (`page_of_record`: the verdicts of each pair's current run,
-its speedups, the lookup draft against the model draft, and the earlier runs).
+its speedups, which draft (each draft against the model draft), and the earlier runs).
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from .sections import prefill_coverage_line, preset_sections
 from .text import _f, _x, duration
 from .verdicts import (
     CLAIMS,
+    DRAFT_RULES,
     LOOKUP_MARK,
-    LOOKUP_RULES,
+    PAIR_DRAFT_MARK,
     RULES,
     STUDY_MODES,
     Verdicts,
     best_practical,
+    draft_name,
     model_preset,
     suited_policy,
     verdict_cell,
@@ -142,32 +144,64 @@ def _best_cell(figures: SuiteFigures | None, best: tuple[str, float] | None) -> 
     return "not run" if figures is None or best is None else f"{figures.totals[best[0]].label} {_x(best[1])}"
 
 
-def lookup_section(current: Mapping[str, Run], runs: Sequence[Run] = ()) -> list[str]:
-    """The lookup draft's verdicts: per lookup pair and suite, the faster draft, and the policy
-    that suits a lookup draft (LOOKUP_RULES). Empty where no lookup pair was studied. `runs`: every
-    run the page knows of (by default the current ones), where the model draft's run is found."""
-    lookups = [name for name in current if LOOKUP_MARK in name]
-    if not lookups:
+def draft_section(current: Mapping[str, Run], runs: Sequence[Run] = ()) -> list[str]:
+    """Which draft (DRAFT_RULES): per pair studied with another draft than its model (lookup,
+    hybrid, a smaller output layer) and suite, the faster of it and the model draft, the policy that
+    suits a lookup draft, and per pair and machine the fastest of all its drafts. Empty where no
+    such pair was studied. `runs`: every run the page knows of (by default the current ones), where
+    the model draft's run is found."""
+    others = [name for name in current if PAIR_DRAFT_MARK in name]
+    if not others:
         return []
-    lines = ["## The lookup draft against the model draft", "", LOOKUP_RULES, ""]
-    for name in lookups:
-        run = current[name]
-        model = model_draft_run(run, runs or list(current.values()))
+    known = runs or list(current.values())
+    lines = ["## Which draft: each draft against the model draft", "", DRAFT_RULES, ""]
+    for name in others:
+        run, draft = current[name], draft_name(name)
+        model = model_draft_run(run, known)
         figures = preset_figures(name, run.records, run.suites)
-        model_figures = ({f.suite: f for f in preset_figures(model.preset, model.records, model.suites)}
-                         if model else {})
+        model_figures = _by_suite(model)
         lines += [(f"**{name}** ({run.link}) against **{model_preset(name)}**'s model draft "
                    f"({model.link if model else 'not studied on this machine'}), measured:"), "",
-                  "| suite | model draft: best practical | lookup: best practical | lookup / model | faster draft |",
+                  f"| suite | model draft: best practical | {draft}: best practical | {draft} / model | faster draft |",
                   "|---|---|---|---|---|"]
         for f in figures:
             other = model_figures.get(f.suite)
             ours, theirs = best_practical(f), best_practical(other) if other else None
             ratio = ours[1] / theirs[1] if ours and theirs and theirs[1] > 0 else None
-            faster = "n/a" if ratio is None else ("lookup" if ratio > 1 else "model draft")
+            faster = "n/a" if ratio is None else (draft if ratio > 1 else "model draft")
             lines.append(f"| {f.suite} | {_best_cell(other, theirs)} | {_best_cell(f, ours)} | {_f(ratio)} "
                          f"| {faster} |")
-        lines += ["", f"The policy that suits this lookup draft: {suited_policy(figures)[1]}.", ""]
+        lines += [""]
+        if LOOKUP_MARK in name:
+            lines += [f"The policy that suits this lookup draft: {suited_policy(figures)[1]}.", ""]
+    return lines + which_draft(current, known)
+
+
+def _by_suite(run: Run | None) -> dict[str, SuiteFigures]:
+    return {f.suite: f for f in preset_figures(run.preset, run.records, run.suites)} if run else {}
+
+
+def which_draft(current: Mapping[str, Run], runs: Sequence[Run]) -> list[str]:
+    """Per model pair and machine, a suite a row and a draft a column: each draft's best practical
+    policy, and the fastest draft (DRAFT_RULES)."""
+    lines: list[str] = []
+    others = [current[name] for name in current if PAIR_DRAFT_MARK in name]
+    for base, machine in dict.fromkeys((model_preset(r.preset), r.machine()) for r in others):
+        model = model_draft_run(next(r for r in others if (model_preset(r.preset), r.machine()) == (base, machine)),
+                                runs)
+        drafts = ([model] if model else []) + [r for r in others
+                                               if (model_preset(r.preset), r.machine()) == (base, machine)]
+        figures = [_by_suite(r) for r in drafts]
+        names = [draft_name(r.preset) for r in drafts]
+        suites = list(dict.fromkeys(s for f in figures for s in f))
+        lines += [f"**Which draft for {base}** ({machine}), measured:", "",
+                  "| suite | " + " | ".join(names) + " | fastest draft |", "|---" * (len(names) + 2) + "|"]
+        for suite in suites:
+            bests = [best_practical(f[suite]) if suite in f else None for f in figures]
+            cells = [_best_cell(f.get(suite), b) for f, b in zip(figures, bests)]
+            ranked = [(b[1], n) for b, n in zip(bests, names) if b is not None]
+            lines.append(f"| {suite} | " + " | ".join(cells) + f" | {max(ranked)[1] if ranked else 'n/a'} |")
+        lines += [""]
     return lines
 
 
@@ -206,7 +240,7 @@ def page_of_record(runs: Sequence[Run], current: Mapping[str, Run],
     lines += ["## Speedups", ""]
     for preset in presets:
         lines += speedup_table(current[preset])
-    lines += lookup_section(current, runs)
+    lines += draft_section(current, runs)
     lines += ["## Earlier runs", ""]
     for preset in presets:
         for run in sorted((r for r in runs if r.preset == preset and r is not current[preset]),
