@@ -13,13 +13,16 @@ import torch
 from specviz.decoding.drafters import ModelDrafter, Sampler
 from specviz.decoding.drafts import DRAFTS, DraftSpec, parse_draft
 from specviz.decoding.engine import generate, target_only
-from specviz.decoding.lookup import LookupSettings, propose
+from specviz.decoding.hybrid import HybridSettings
+from specviz.decoding.lookup import propose
 from specviz.decoding.oracle import finish, make_oracle
 from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassCosts, Static
 from specviz.decoding.trace import Comparison
 
 HYBRID = DRAFTS["hybrid"]
-DEFAULT = LookupSettings()
+# Every match copied, as lookup alone copies (the tiny prompts' repeats are short); the registry's
+# default copies only matches of 3 tokens or more (test_a_short_match_is_left_to_the_model).
+DEFAULT = HybridSettings(max_ngram=2, max_tokens=10, min_ngram=1)
 NONE = frozenset()
 # Prompts whose answers repeat their context at times (copied rounds), and one of distinct tokens.
 PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [7, 7, 7, 7, 2, 0, 1], [3, 1, 4, 1, 5, 2, 6, 5, 3, 5], [9, 8, 9, 8, 9],
@@ -27,12 +30,12 @@ PROMPTS = [[1, 2, 3, 1, 2, 3, 1, 2], [7, 7, 7, 7, 2, 0, 1], [3, 1, 4, 1, 5, 2, 6
 TOKENS = 40
 
 
-def hybrid_drafter(pair, prompt, settings: LookupSettings = DEFAULT):
+def hybrid_drafter(pair, prompt, settings: HybridSettings = DEFAULT):
     """What the engine makes a run's hybrid drafter with (the registry entry's `make`)."""
     return HYBRID.make(settings.to_dict())(pair, prompt)
 
 
-def make(settings: LookupSettings = DEFAULT):
+def make(settings: HybridSettings = DEFAULT):
     return HYBRID.make(settings.to_dict())
 
 
@@ -41,7 +44,7 @@ def fresh(pair, prompt):
     return ModelDrafter(pair.draft, pair.vocab_size, pair.device, prompt, row_exact=False)
 
 
-SHORT = LookupSettings(max_ngram=2, max_tokens=3)  # copies shorter than most budgets: the model drafts after them
+SHORT = HybridSettings(max_ngram=2, max_tokens=3, min_ngram=1)  # copies shorter than most budgets: the model drafts after them
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +67,18 @@ def greedy_policies():
 def test_the_hybrid_is_a_draft_of_its_own_with_lookups_settings_and_the_models_prices():
     assert HYBRID.title == "lookup, then the draft model" and HYBRID.counts_passes and not HYBRID.from_text
     assert HYBRID.keeps_prompt  # its what-if recomputes the copy from the prompt
-    assert HYBRID.defaults() == DEFAULT.to_dict()
-    assert parse_draft("hybrid:3:16") == DraftSpec("hybrid", {"max_ngram": 3, "max_tokens": 16})
-    assert DraftSpec.of("hybrid").label == "hybrid (n-gram 2, 10 tokens)"
+    assert HYBRID.defaults() == HybridSettings().to_dict() == {"max_ngram": 4, "max_tokens": 10, "min_ngram": 3}
+    assert parse_draft("hybrid:3:16") == DraftSpec("hybrid", {"max_ngram": 3, "max_tokens": 16, "min_ngram": 3})
+    assert parse_draft("hybrid:2:10:1") == DraftSpec("hybrid", DEFAULT.to_dict())
+    assert DraftSpec.of("hybrid").label == "hybrid (n-gram 3-4, 10 tokens)"
     measured = PassCosts(20.0, (30.0, 31.0), catch_up_ms=(20.0, 21.0))
     assert HYBRID.prices(measured) == measured  # the model's calls are its passes: the model's prices
     from specviz.errors import SpecVizError
 
     with pytest.raises(SpecVizError, match="n-gram size must be a whole number from 1 to 8"):
         parse_draft("hybrid:0")
+    with pytest.raises(SpecVizError, match=r"shortest n-gram must be a whole number from 1 to its longest \(2\)"):
+        parse_draft("hybrid:2:10:3")
 
 
 # ---- its proposal on constructed contexts ------------------------------------------------------
@@ -80,8 +86,8 @@ def test_the_hybrid_is_a_draft_of_its_own_with_lookups_settings_and_the_models_p
 
 def test_a_matching_context_proposes_the_copied_span_with_no_draft_pass(tiny_pair):
     text = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]  # "1 2" occurred at 0: the copy is 3 4 5 6 ...
-    settings = LookupSettings(max_ngram=2, max_tokens=4)
-    found = propose(text, settings)
+    settings = HybridSettings(max_ngram=2, max_tokens=4, min_ngram=1)
+    found = propose(text, settings.lookup)
     drafter = hybrid_drafter(tiny_pair, text, settings)
     with torch.inference_mode():
         proposal = drafter.propose(text, 4, Static(4), Sampler(), NONE)
@@ -91,9 +97,24 @@ def test_a_matching_context_proposes_the_copied_span_with_no_draft_pass(tiny_pai
     assert drafter.passes == 0 and drafter.prefill_s == 0  # the draft model never ran
 
 
+def test_a_short_match_is_left_to_the_model(tiny_pair):
+    """The registry's default copies a match of 3 tokens or more: after a 2-token match the model drafts."""
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]  # "1 2" occurred at 0, no longer n-gram did
+    assert propose(text, DEFAULT.lookup).ngram == 2 and propose(text, HybridSettings().lookup, shortest=3).ids == []
+    drafter, model = hybrid_drafter(tiny_pair, text, HybridSettings()), fresh(tiny_pair, text)
+    with torch.inference_mode():
+        proposal = drafter.propose(text, 4, Static(4), Sampler(), NONE)
+        own = model.propose(text, 4, Static(4), Sampler(), NONE)
+    assert proposal.ids == own.ids and proposal.copied == 0 and proposal.source is None
+    longer = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]  # "1 2 3" occurred at 0: copied
+    with torch.inference_mode():
+        copied = hybrid_drafter(tiny_pair, longer, HybridSettings()).propose(longer, 4, Static(4), Sampler(), NONE)
+    assert copied.ids == [4, 5, 6, 7] and copied.copied == 4
+
+
 def test_no_match_proposes_the_draft_models_own_tokens(tiny_pair):
     text = [0, 1, 2, 3, 4, 5]  # distinct tokens: nothing to copy
-    assert propose(text, DEFAULT).ids == []
+    assert propose(text, DEFAULT.lookup).ids == []
     drafter, model = hybrid_drafter(tiny_pair, text), fresh(tiny_pair, text)
     with torch.inference_mode():
         proposal = drafter.propose(text, 5, Static(5), Sampler(), NONE)
@@ -106,13 +127,13 @@ def test_no_match_proposes_the_draft_models_own_tokens(tiny_pair):
 
 def test_a_copy_ending_mid_round_is_followed_by_the_models_tokens(tiny_pair):
     text = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
-    settings = LookupSettings(max_ngram=2, max_tokens=2)  # the copy: 3 4, then the model
+    settings = HybridSettings(max_ngram=2, max_tokens=2, min_ngram=1)  # the copy: 3 4, then the model
     drafter, model = hybrid_drafter(tiny_pair, text, settings), fresh(tiny_pair, text)
     with torch.inference_mode():
         proposal = drafter.propose(text, 5, Static(5), Sampler(), NONE)
         own = model.propose(text + [3, 4], 3, Static(3), Sampler(), NONE)  # the model after the text and the copy
     assert proposal.ids[:2] == [3, 4] and proposal.copied == 2 and proposal.source == 2
-    assert proposal.probs[:2] == propose(text, settings).probs
+    assert proposal.probs[:2] == propose(text, settings.lookup).probs
     assert proposal.ids[2:] == own.ids and proposal.probs[2:] == own.probs and len(proposal.ids) == 5
     # the model read the prompt but its last token, then its last token and the copy one per call, then two drafts
     assert drafter.passes == model.passes == 1 + 3 + 2
@@ -120,7 +141,7 @@ def test_a_copy_ending_mid_round_is_followed_by_the_models_tokens(tiny_pair):
 
 def test_the_policy_stopping_in_the_copy_ends_the_round_there(tiny_pair):
     text = [1, 2, 3, 4, 1, 2, 5, 6, 1, 2, 3, 7, 1, 2]  # "1 2" continues with 3 twice of three: p = 2/3 first
-    assert propose(text, DEFAULT).probs[0] == pytest.approx(2 / 3)
+    assert propose(text, DEFAULT.lookup).probs[0] == pytest.approx(2 / 3)
     drafter = hybrid_drafter(tiny_pair, text)
     with torch.inference_mode():
         proposal = drafter.propose(text, 10, Dynamic(0.9, max_tokens=10), Sampler(), NONE)
@@ -175,7 +196,7 @@ def test_a_row_exact_draft_reads_the_backlog_and_the_copy_in_one_call(row_exact_
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_every_greedy_policy_with_the_hybrid_is_lossless(tiny_pair, row_exact_pair, prompt):
-    for pair, settings in [(tiny_pair, DEFAULT), (tiny_pair, LookupSettings(max_ngram=1, max_tokens=3)),
+    for pair, settings in [(tiny_pair, DEFAULT), (tiny_pair, HybridSettings(max_ngram=1, max_tokens=3, min_ngram=1)),
                            (row_exact_pair, SHORT)]:
         reference = target_only(pair, prompt, TOKENS).token_ids
         for policy in greedy_policies():
@@ -205,7 +226,7 @@ def test_the_hybrid_ideal_is_the_models_where_nothing_is_copied_and_runs_on_afte
     _, model_ideal, _ = make_oracle(tiny_pair, prompt, reference)
     uncopied = 0
     for position, found in enumerate(ideal):
-        copy = propose(prompt + reference[:position], SHORT).ids
+        copy = propose(prompt + reference[:position], SHORT.lookup).ids
         if not copy:  # nothing copied: the model's own ideal
             assert found == model_ideal[position]
             uncopied += 1
@@ -235,10 +256,10 @@ def test_the_what_if_replays_a_hybrid_run_exactly(tiny_pair, row_exact_pair, pro
         _, ideal, along = finish(HYBRID.oracle(pair, prompt, baseline.token_ids, DEFAULT.to_dict()))
         runs = [generate(pair, prompt, policy, TOKENS, make_drafter=make()) for policy in replay_policies()]
         comparison = Comparison("tiny", "tiny", TOKENS, baseline, runs, prompt_tokens=len(prompt),
-                                oracle_ideal=ideal, draft_along_reference=along, draft=DraftSpec.of("hybrid"),
+                                oracle_ideal=ideal, draft_along_reference=along, draft=DraftSpec("hybrid", DEFAULT.to_dict()),
                                 prompt_ids=list(prompt), draft_row_exact=pair.draft_row_exact)
         comparison = Comparison.from_dict(comparison.to_dict())  # as a file keeps it
-        assert comparison.draft == DraftSpec.of("hybrid") and can_replay(comparison)
+        assert comparison.draft == DraftSpec("hybrid", DEFAULT.to_dict()) and can_replay(comparison)
         for policy, run in zip(replay_policies(), runs):
             passes = replayed_passes(comparison, policy, pair.eos_token_ids)
             assert (passes.target, passes.draft) == (run.target_passes, run.draft_passes), (policy.label, pair.preset)
@@ -267,12 +288,12 @@ def test_a_hybrid_round_records_its_copied_tokens_and_round_trips(tiny_pair):
     assert [r.copied(i) for i in range(r.lookahead)] == [i < r.draft_copied for i in range(r.lookahead)]
     assert all(r.draft_copied == 0 for r in trace.rounds if r.draft_source is None and r.lookahead)
     baseline = target_only(tiny_pair, PROMPTS[0], TOKENS)
-    comparison = Comparison("tiny", "tiny", TOKENS, baseline, [trace], draft=DraftSpec.of("hybrid"),
+    comparison = Comparison("tiny", "tiny", TOKENS, baseline, [trace], draft=DraftSpec("hybrid", DEFAULT.to_dict()),
                             prompt_ids=list(PROMPTS[0]))
     data = comparison.to_dict()
     assert data["hybrid"] == DEFAULT.to_dict()
     again = Comparison.from_dict(data)
-    assert again.draft == DraftSpec.of("hybrid") and again.traces[0].rounds == trace.rounds
+    assert again.draft == DraftSpec("hybrid", DEFAULT.to_dict()) and again.traces[0].rounds == trace.rounds
 
 
 def test_the_page_marks_copied_tokens_and_the_models():

@@ -194,15 +194,15 @@ class TextDraft(DraftKind):
 @dataclass(frozen=True)
 class HybridDraft(DraftKind):
     """Prompt lookup where the context matches, the pair's draft model where it does not or after
-    the copy (hybrid.py). Its settings are lookup's (`lookup.LookupSettings`); its calls are the
-    model's draft passes, priced as the model's."""
+    the copy (hybrid.py). Its settings are lookup's and the shortest match it copies
+    (`hybrid.HybridSettings`); its calls are the model's draft passes, priced as the model's."""
 
     @property
     def keeps_prompt(self) -> bool:
         return True
 
-    def settings_of(self, params: dict[str, Any]) -> lookup.LookupSettings:
-        return lookup.LookupSettings(**{**self.defaults(), **params})
+    def settings_of(self, params: dict[str, Any]) -> hybrid.HybridSettings:
+        return hybrid.HybridSettings(**{**self.defaults(), **params})
 
     def check(self, params: dict[str, Any]) -> None:
         super().check(params)
@@ -229,14 +229,22 @@ class HybridDraft(DraftKind):
                                     eos_ids, row_exact, observed)
 
 
-def lookup_settings(draft: str) -> tuple[DraftSetting, ...]:
-    """Prompt lookup's two settings, as a draft named `draft` offers them on the page ("lookup n-gram")."""
-    return (DraftSetting("max_ngram", lookup.LookupSettings.max_ngram, 1, lookup.MAX_NGRAM, whole=True,
+def lookup_settings(draft: str, defaults: Any = lookup.LookupSettings) -> tuple[DraftSetting, ...]:
+    """Prompt lookup's two settings, as a draft named `draft` offers them on the page ("lookup n-gram"),
+    at the `defaults` of its settings' class."""
+    return (DraftSetting("max_ngram", defaults.max_ngram, 1, lookup.MAX_NGRAM, whole=True,
                          label=f"{draft} n-gram", short="ngram", tag="n", help="the longest n-gram to match",
                          info="the longest n-gram matched"),
-            DraftSetting("max_tokens", lookup.LookupSettings.max_tokens, 1, lookup.MAX_TOKENS, whole=True,
+            DraftSetting("max_tokens", defaults.max_tokens, 1, lookup.MAX_TOKENS, whole=True,
                          label=f"{draft} tokens", short="tokens", tag="k", help="the most tokens one lookup copies",
                          info="the most tokens copied"))
+
+
+HYBRID_SETTINGS = (*lookup_settings("hybrid", hybrid.HybridSettings),
+                   DraftSetting("min_ngram", hybrid.HybridSettings.min_ngram, 1, lookup.MAX_NGRAM, whole=True,
+                                label="hybrid shortest n-gram", short="shortest", tag="m",
+                                help="the shortest n-gram whose match is copied (else the draft model drafts)",
+                                info="shorter matches: the draft model drafts"))
 
 
 # ---- the registry: every draft a comparison can run with ------------------------------------
@@ -250,7 +258,7 @@ DRAFTS: dict[str, DraftKind] = {kind.name: kind for kind in [
               settings_of=lookup.LookupSettings, propose=lookup.propose),
     HybridDraft("hybrid", "lookup, then the draft model",
                 "prompt lookup where the context matches (no draft pass), the pair's draft model where it does "
-                "not or after the copied span", lookup_settings("hybrid"), "n-gram {max_ngram}, {max_tokens} tokens"),
+                "not or after the copied span", HYBRID_SETTINGS, "n-gram {min_ngram}-{max_ngram}, {max_tokens} tokens"),
 ]}
 
 

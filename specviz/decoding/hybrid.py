@@ -1,7 +1,7 @@
 """The hybrid draft: prompt lookup where the context matches, the pair's draft model where it does not.
 
 Each round `HybridDrafter` first asks prompt lookup (lookup.py) for its proposal after the text
-so far. Where the context matches, the round drafts the copied tokens, asking the policy after
+so far, from a match of at least `HybridSettings.min_ngram` tokens. Where the context matches, the round drafts the copied tokens, asking the policy after
 each, as a lookup round does: no forward pass. Where nothing matches, or when the copied span ends
 with budget left and the policy still drafting, the pair's draft model (drafters.ModelDrafter)
 drafts the rest after the text and the tokens copied so far. Its start reads the committed tokens
@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ..errors import SpecVizError
 from . import lookup
 from .feeding import Feeding, catch_up_calls, prefill_calls, rows_per_call
 from .oracle import DraftAlongReference
@@ -45,16 +46,44 @@ if TYPE_CHECKING:
 DraftView = tuple[int, float, float]  # token, probability, entropy
 
 
+@dataclass(frozen=True)
+class HybridSettings:
+    """Lookup's two settings and the shortest n-gram whose match is copied. A short match is weak
+    evidence, and here, unlike lookup alone, the draft model stands behind it: replayed on the real
+    pair's coding suite (24 prompts, 128 tokens, 2026-12-07), copies from 1- and 2-token matches
+    cost more target passes (rejected copies) than their saved draft calls were worth (cost-aware
+    1.18x modeled against the model draft's 1.38x), from matches of 3 or 4 tokens 1.38x, with 7% fewer
+    draft calls (docs/HISTORY.md)."""
+
+    max_ngram: int = 4
+    max_tokens: int = 10
+    min_ngram: int = 3
+
+    def __post_init__(self) -> None:
+        lookup.LookupSettings(self.max_ngram, self.max_tokens)  # lookup's own checks of its two settings
+        if isinstance(self.min_ngram, bool) or not isinstance(self.min_ngram, int) \
+                or not 1 <= self.min_ngram <= self.max_ngram:
+            raise SpecVizError(f"The hybrid draft's shortest n-gram must be a whole number from 1 to its longest "
+                               f"({self.max_ngram}), got {self.min_ngram!r}.")
+
+    @property
+    def lookup(self) -> lookup.LookupSettings:
+        return lookup.LookupSettings(self.max_ngram, self.max_tokens)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"max_ngram": self.max_ngram, "max_tokens": self.max_tokens, "min_ngram": self.min_ngram}
+
+
 class HybridDrafter:
     """Lookup's copy where the context matches, then the draft model (see the module's docstring).
     Its passes are the model's; a round that only copies makes none."""
 
-    def __init__(self, model: ModelDrafter, settings: lookup.LookupSettings):
+    def __init__(self, model: ModelDrafter, settings: HybridSettings):
         self.model = model
         self.settings = settings
 
     @classmethod
-    def using(cls, settings: lookup.LookupSettings) -> Callable[[ModelPair, list[int]], HybridDrafter]:
+    def using(cls, settings: HybridSettings) -> Callable[[ModelPair, list[int]], HybridDrafter]:
         """A `MakeDrafter` for `speculate`: the pair's draft model behind lookup with `settings`."""
 
         def make(pair: ModelPair, prompt_ids: list[int]) -> HybridDrafter:
@@ -80,7 +109,7 @@ class HybridDrafter:
         proposal = Proposal()
         if budget <= 0:
             return proposal
-        found = lookup.propose(sequence, self.settings, eos_ids)
+        found = lookup.propose(sequence, self.settings.lookup, eos_ids, self.settings.min_ngram)
         steps, more = lookup.drafted_and_more(found, budget, policy)
         for step in steps:
             proposal.add(step, None if sampler.greedy else self._certain(step.token_id))
@@ -137,9 +166,9 @@ class AlongReference:
 
 
 def along_reference(prompt_ids: list[int], reference: list[int], along: DraftAlongReference, position: int,
-                    settings: lookup.LookupSettings, eos_ids: frozenset[int]) -> AlongReference:
+                    settings: HybridSettings, eos_ids: frozenset[int]) -> AlongReference:
     """The hybrid's proposal at `position` of `reference` (see `AlongReference`)."""
-    found = lookup.propose(list(prompt_ids) + reference[:position], settings, eos_ids)
+    found = lookup.propose(list(prompt_ids) + reference[:position], settings.lookup, eos_ids, settings.min_ngram)
     after = position + len(found.ids)
     views = [*zip(found.ids, found.probs, found.entropies),
              *zip(along.tokens[after:], along.probs[after:], along.entropies[after:])]
@@ -151,7 +180,7 @@ def along_reference(prompt_ids: list[int], reference: list[int], along: DraftAlo
 
 
 def ideal_along(prompt_ids: list[int], reference: list[int], along: DraftAlongReference,
-                settings: lookup.LookupSettings, eos_ids: frozenset[int] = frozenset()) -> list[int]:
+                settings: HybridSettings, eos_ids: frozenset[int] = frozenset()) -> list[int]:
     """At each answer position, how many tokens of the hybrid's proposal there the target would
     accept: what a round starting there meets."""
     return [along_reference(prompt_ids, reference, along, position, settings, eos_ids).agreed
@@ -172,7 +201,7 @@ def round_steps(proposal: AlongReference, budget: int, policy: Policy, eos_ids: 
 
 
 def replay_passes(policy: Policy, prompt_ids: list[int], reference: list[int], along: DraftAlongReference,
-                  settings: lookup.LookupSettings, max_new_tokens: int, eos_ids: Iterable[int] = (),
+                  settings: HybridSettings, max_new_tokens: int, eos_ids: Iterable[int] = (),
                   row_exact: bool = False, observed: Mapping[int, Sequence[DraftView]] | None = None
                   ) -> tuple[int, int, int]:
     """Target passes, draft passes and plain passes (after the first, a pass that checked no

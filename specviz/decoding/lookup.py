@@ -78,11 +78,13 @@ def occurrences(text: list[int], ngram: list[int]) -> list[int]:
     return [i for i in range(len(text) - size) if text[i:i + size] == ngram]
 
 
-def propose(text: list[int], settings: LookupSettings, eos_ids: frozenset[int] = frozenset()) -> Lookup:
+def propose(text: list[int], settings: LookupSettings, eos_ids: frozenset[int] = frozenset(),
+            shortest: int = 1) -> Lookup:
     """The lookup draft's proposal after `text` (see the module's docstring). As transformers
     does, the proposal stops before an EOS token, and a match whose continuation starts with
-    EOS gives an empty proposal rather than a shorter n-gram's."""
-    for size in range(min(settings.max_ngram, len(text) - 1), 0, -1):
+    EOS gives an empty proposal rather than a shorter n-gram's. `shortest`: no match of fewer
+    tokens counts (the hybrid draft's model drafts instead)."""
+    for size in range(min(settings.max_ngram, len(text) - 1), shortest - 1, -1):
         found = occurrences(text, text[-size:])
         if not found:
             continue

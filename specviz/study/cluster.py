@@ -221,64 +221,30 @@ class RayCluster:
 
     def _compute_preset(self, preset: str, jobs: list[Job], modes: list[Any], max_new_tokens: int,
                         limits: Any) -> Iterator[Finished]:
-        make = self.ray.remote(StudyWorker).options(num_cpus=self.options.threads, num_gpus=self.gpus)
-
-        def start_worker() -> Any:
-            return make.remote(preset, self.options.threads, PAIR_FACTORY)
-        queue = deque(jobs)
-        deaths: dict[Job, int] = {}
+        pool = _Workers(self, preset, jobs, modes, max_new_tokens, limits)
         finished: set[Job] = set()
-        running: dict[Any, tuple[Any, Job]] = {}  # a prompt's result to come (an object ref): its worker, the prompt
-        workers: list[Any] = []  # the live ones, stopped at the end
-
-        def hand_out(worker: Any) -> None:
-            if queue:
-                job = queue.popleft()
-                running[worker.compare.remote(job.item.prompt, modes, max_new_tokens, limits)] = (worker, job)
-
-        def lose(worker: Any, job: Job, error: Exception) -> Any | None:
-            """A worker died on `job`: requeue it or give up on it; a new worker if work is left."""
-            _kill(self.ray, worker)
-            workers.remove(worker)
-            deaths[job] = deaths.get(job, 0) + 1
-            if deaths[job] < MAX_ATTEMPTS:
-                queue.appendleft(job)  # next in line, so that a prompt is not redone last of all
-                what = "redone on a new worker"
-            else:
-                self.left.append(job)
-                what = "left for the next run"
-            self.say(f"a Ray worker died on {job} ({_line(error, 0)}): {what}")
-            if not queue:
-                return None
-            workers.append(start_worker())
-            return workers[-1]
-
         try:
-            workers += [start_worker() for _ in range(min(self.workers, len(jobs)))]
-            self.say(f"{preset}: {len(jobs)} prompt(s) on {len(workers)} Ray worker(s)")
-            for worker in workers:
-                hand_out(worker)
-            while running:
+            pool.start(min(self.workers, len(jobs)))
+            self.say(f"{preset}: {len(jobs)} prompt(s) on {len(pool.workers)} Ray worker(s)")
+            while pool.running:
                 # With a timeout, so that Ctrl-C is seen within a second however long a prompt takes
-                ready, _ = self.ray.wait(list(running), num_returns=1, timeout=1.0)
+                ready, _ = self.ray.wait(list(pool.running), num_returns=1, timeout=1.0)
                 if not ready:
                     continue
-                worker, job = running.pop(ready[0])
+                worker, job = pool.running.pop(ready[0])
                 outcome, died = self._outcome(ready[0])
                 if died is not None:
-                    replacement = lose(worker, job, died)
-                    if replacement is not None:
-                        hand_out(replacement)
+                    pool.lose(worker, job, died)
                     continue
-                hand_out(worker)  # its next prompt first: it computes while this one is recorded
+                pool.hand_out(worker)  # its next prompt first: it computes while this one is recorded
                 if job not in finished:  # each prompt once in results.jsonl, whatever befell the workers
                     finished.add(job)
                     yield Finished(job, Comparison.from_dict(outcome["comparison"]), outcome["seconds"],
                                    outcome["eos_ids"], outcome["torch_threads"], outcome["setup"])
         finally:
             # Before the next preset's workers load their pairs, and on Ctrl-C: stop the work now
-            for worker in workers:
-                _kill(self.ray, worker)
+            pool.stop()
+
 
     def _outcome(self, result: Any) -> tuple[dict | None, Exception | None]:
         """A prompt's result, or (None, the error) when its worker died on it. A worker that cannot
@@ -302,6 +268,56 @@ def workers_that_fit(node: dict[str, float], threads: int, gpus: int) -> int:
     CPUs and GPU are on one node."""
     fit = int(node.get("CPU", 0)) // threads
     return min(fit, int(node.get("GPU", 0))) if gpus else fit
+
+
+class _Workers:
+    """One preset's Ray workers and the prompts they hold: each worker computes one prompt at a time;
+    a worker that dies is replaced while prompts are left, and its prompt requeued, up to
+    MAX_ATTEMPTS deaths a prompt (then it is left for the next run, in the cluster's `left`)."""
+
+    def __init__(self, cluster: RayCluster, preset: str, jobs: list[Job], modes: list[Any], max_new_tokens: int,
+                 limits: Any):
+        self.cluster, self.ray = cluster, cluster.ray
+        self.make = self.ray.remote(StudyWorker).options(num_cpus=cluster.options.threads, num_gpus=cluster.gpus)
+        self.preset, self.modes, self.max_new_tokens, self.limits = preset, modes, max_new_tokens, limits
+        self.queue = deque(jobs)
+        self.deaths: dict[Job, int] = {}
+        # a prompt's result to come (an object ref): its worker, the prompt
+        self.running: dict[Any, tuple[Any, Job]] = {}
+        self.workers: list[Any] = []  # the live ones, stopped at the end
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            self.workers.append(self.make.remote(self.preset, self.cluster.options.threads, PAIR_FACTORY))
+        for worker in list(self.workers):
+            self.hand_out(worker)
+
+    def hand_out(self, worker: Any) -> None:
+        if self.queue:
+            job = self.queue.popleft()
+            self.running[worker.compare.remote(job.item.prompt, self.modes, self.max_new_tokens, self.limits)] = (
+                worker, job)
+
+    def lose(self, worker: Any, job: Job, error: Exception) -> None:
+        """A worker died on `job`: requeue it or give up on it; a new worker takes the next prompt if
+        work is left."""
+        _kill(self.ray, worker)
+        self.workers.remove(worker)
+        self.deaths[job] = self.deaths.get(job, 0) + 1
+        if self.deaths[job] < MAX_ATTEMPTS:
+            self.queue.appendleft(job)  # next in line, so that a prompt is not redone last of all
+            what = "redone on a new worker"
+        else:
+            self.cluster.left.append(job)
+            what = "left for the next run"
+        self.cluster.say(f"a Ray worker died on {job} ({_line(error, 0)}): {what}")
+        if self.queue:
+            self.workers.append(self.make.remote(self.preset, self.cluster.options.threads, PAIR_FACTORY))
+            self.hand_out(self.workers[-1])
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            _kill(self.ray, worker)
 
 
 def _kill(ray: Any, worker: Any) -> None:
