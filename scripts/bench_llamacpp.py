@@ -109,9 +109,10 @@ def llama_spec(bin_dir: Path, target: Path, draft: Path, text: str, new_tokens: 
             "accept": float(accept.group(1)) / 100 if accept else None}
 
 
-def specviz_runs(pair, prompt: str, new_tokens: int) -> dict:
-    """SpecViz's target-only decoding and each policy on one prompt, as `compare` runs them."""
-    request = make_request(prompt, MODES, new_tokens)
+def specviz_runs(pair, prompt: str, new_tokens: int, draft: str | None = None) -> dict:
+    """SpecViz's target-only decoding and each policy on one prompt, as `compare` runs them, with
+    `draft` (a draft string, "hybrid" say; None: the pair's draft model)."""
+    request = make_request(prompt, MODES, new_tokens, draft=draft)
     comparison = compare(pair, request, replace(Limits.from_env(), time_budget_s=float("inf")))
     base = comparison.baseline
     n = len(base.token_ids)
@@ -139,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--out", help="write every figure as JSON here")
+    parser.add_argument("--draft", help="SpecViz's draft, as the command line names one (model, lookup, hybrid, "
+                                        "hybrid:4:10:3; default the pair's draft model); SPECVIZ_DRAFT_VOCAB=32k "
+                                        "gives the draft model a smaller output layer")
     args = parser.parse_args(argv)
 
     def say(message: str) -> None:
@@ -156,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         text = pair.tokenizer.decode(ids)  # the chat template applied: llama.cpp parses its special tokens
         say(f"{item['id']}: {len(ids)} prompt tokens")
         row = {"id": item["id"], "prompt_tokens": len(ids), "specviz": specviz_runs(pair, item["prompt"],
-                                                                                  args.max_new_tokens)["runs"]}
+                                                                                  args.max_new_tokens,
+                                                                                  args.draft)["runs"]}
         row["llama.cpp plain"] = {"tokens": args.max_new_tokens,
                                   **llama_plain(bin_dir, target_gguf, len(ids), args.max_new_tokens)}
         row["llama.cpp speculative"] = {label: llama_spec(bin_dir, target_gguf, draft_gguf, text, args.max_new_tokens,
@@ -175,7 +180,7 @@ def report(results: list[dict], setup: str, args: argparse.Namespace, seconds: f
     plain = {key: total_rate(columns["llama.cpp plain"], key) for key in ("decode_tps", "with_prompt_tps")}
     print(f"CPU: {cpu.machine().describe()}; {THREADS} threads; {len(results)} prompts of {Path(args.suite).name}, "
           f"at most {args.max_new_tokens} new tokens, greedy; {seconds / 60:.1f} min")
-    print(f"SpecViz set-up: {setup}")
+    print(f"SpecViz set-up: {setup}; draft: {args.draft or 'model'}")
     print(f"{'':48} {'decode t/s':>10} {'x plain':>8} {'with prompt t/s':>16} {'x plain':>8}")
     summary = {}
     for name, rows in columns.items():
@@ -188,7 +193,8 @@ def report(results: list[dict], setup: str, args: argparse.Namespace, seconds: f
           f"{statistics.pstdev([r['llama.cpp plain']['decode_tps'] for r in results]):.2f}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"cpu": cpu.machine().describe(), "setup": setup, "summary": summary,
+        Path(args.out).write_text(json.dumps({"cpu": cpu.machine().describe(), "setup": setup, "draft": args.draft or "model",
+                                              "summary": summary,
                                               "prompts": results}, indent=1) + "\n", encoding="utf-8")
 
 

@@ -289,7 +289,10 @@ def _command_line(argv: Sequence[str] | None, out: Path) -> str:
         return portable_path(Path(os.path.abspath(cwd / value)), REPO, out)
 
     words = _rewrite_args(argv if argv is not None else sys.argv[1:], rewrite)
-    return "python -m specviz " + " ".join(shlex.quote(w) for w in words)
+    # the one setting that changes what a run computes (not how fast): typed before the command
+    size = vocab.asked()
+    setting = f"{vocab.VOCAB_ENV}={size} " if size is not None else ""
+    return setting + "python -m specviz " + " ".join(shlex.quote(w) for w in words)
 
 
 def recorded_command(command: str, out: Path) -> str:
