@@ -29,6 +29,7 @@ MODELED_PRESETS = frozenset({"smollm2-135m-int8", "smollm2-135m-bf16"})
 PAIR_DRAFT_MARK = "+"
 LOOKUP_MARK = PAIR_DRAFT_MARK + "lookup"  # the lookup draft's pairs, which have a section of their own
 STOP_FLOOR = 0.95  # a policy suits a lookup draft only if it never falls below this on a suite
+DRAFT_MARGIN = 0.03  # a draft is faster than another only by more than this: runs of a day differ by about that
 RULES = f"""\
 - **A fixed lookahead wastes work** (headline): *reproduced* when, summed over the coding suite,
   the oracle needs fewer target passes **and** fewer draft passes than static k=5. The first
@@ -140,7 +141,9 @@ DRAFT_RULES = f"""\
 - **The faster draft**, per suite: each draft's best practical policy (every policy but the oracle,
   which needs the answer in advance), by measured speedup over target-only decoding with the
   suite's wall times summed; a draft (lookup, hybrid, or the model draft with a smaller output
-  layer, `-v32k`) is the faster one where its figure is the higher. Measured time on every pair:
+  layer, `-v32k`) is the faster one where its figure is more than {DRAFT_MARGIN:.0%} higher, the
+  model draft where it is more than {DRAFT_MARGIN:.0%} lower, and *even* in between (two runs of one
+  machine on one day differ by about that). Measured time on every pair:
   a lookup draft makes no forward pass and a hybrid makes fewer, so the wall clock is what a
   user gets. On the bundled pairs the model draft is a copy of the target costing 0.5-1.0 of a
   target pass: its measured figure is what that pair gives, not what a cheap draft would (its
@@ -148,8 +151,9 @@ DRAFT_RULES = f"""\
   the model draft's is that pair's latest complete run on the same machine (two machines'
   timings do not compare), whose prompts and token budget its own report names.
 - **Which draft**, per pair, machine and suite: of the model draft and every other draft studied
-  on that machine, the one whose best practical policy has the highest measured speedup (a
-  draft not run on a suite has no figure there).
+  on that machine, the one whose best practical policy has the highest measured speedup, where it
+  is more than {DRAFT_MARGIN:.0%} above every other; else *even* between those within {DRAFT_MARGIN:.0%} of
+  it (a draft not run on a suite has no figure there).
 - **The policy that suits a lookup draft**: among the practical policies run with it, those that
   stay at or above {STOP_FLOOR}x target-only on every suite (a lookup draft must know to stop
   where the answer does not repeat its context); of those, the fastest on the most suites (ties:

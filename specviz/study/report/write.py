@@ -19,6 +19,7 @@ from .sections import prefill_coverage_line, preset_sections
 from .text import _f, _x, duration
 from .verdicts import (
     CLAIMS,
+    DRAFT_MARGIN,
     DRAFT_RULES,
     LOOKUP_MARK,
     PAIR_DRAFT_MARK,
@@ -168,13 +169,22 @@ def draft_section(current: Mapping[str, Run], runs: Sequence[Run] = ()) -> list[
             other = model_figures.get(f.suite)
             ours, theirs = best_practical(f), best_practical(other) if other else None
             ratio = ours[1] / theirs[1] if ours and theirs and theirs[1] > 0 else None
-            faster = "n/a" if ratio is None else (draft if ratio > 1 else "model draft")
+            faster = "n/a" if ratio is None else (draft if ratio > 1 + DRAFT_MARGIN else "model draft"
+                                                  if ratio < 1 / (1 + DRAFT_MARGIN) else "even")
             lines.append(f"| {f.suite} | {_best_cell(other, theirs)} | {_best_cell(f, ours)} | {_f(ratio)} "
                          f"| {faster} |")
         lines += [""]
         if LOOKUP_MARK in name:
             lines += [f"The policy that suits this lookup draft: {suited_policy(figures)[1]}.", ""]
     return lines + which_draft(current, known)
+
+
+def _fastest(ranked: Sequence[tuple[float, str]]) -> str:
+    """The fastest draft of (speedup, draft) best first, or those even with it (DRAFT_RULES)."""
+    if not ranked:
+        return "n/a"
+    even = [name for speed, name in ranked if speed * (1 + DRAFT_MARGIN) >= ranked[0][0]]
+    return ranked[0][1] if len(even) == 1 else f"even: {', '.join(even)}"
 
 
 def _by_suite(run: Run | None) -> dict[str, SuiteFigures]:
@@ -199,8 +209,8 @@ def which_draft(current: Mapping[str, Run], runs: Sequence[Run]) -> list[str]:
         for suite in suites:
             bests = [best_practical(f[suite]) if suite in f else None for f in figures]
             cells = [_best_cell(f.get(suite), b) for f, b in zip(figures, bests)]
-            ranked = [(b[1], n) for b, n in zip(bests, names) if b is not None]
-            lines.append(f"| {suite} | " + " | ".join(cells) + f" | {max(ranked)[1] if ranked else 'n/a'} |")
+            ranked = sorted(((b[1], n) for b, n in zip(bests, names) if b is not None), reverse=True)
+            lines.append(f"| {suite} | " + " | ".join(cells) + f" | {_fastest(ranked)} |")
         lines += [""]
     return lines
 
