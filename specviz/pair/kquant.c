@@ -102,6 +102,28 @@ static inline __m512 lanes_of(const int8_t *v) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)v)));
 }
 
+/* One group's float terms for a row: block_acc + dot * sc*d - mn*dmin * the row's group sum (in that
+ * order, each a single rounding: fma, then fnmadd). The AMX body calls this very code. */
+static inline __m512 group_term(__m512 block_acc, __m512 dot, __m512 sv, __m512 mv, float bsum) {
+    return _mm512_fnmadd_ps(mv, _mm512_set1_ps(bsum), _mm512_fmadd_ps(dot, sv, block_acc));
+}
+
+/* A block's end: each row's block sum times its activations' scale, into acc. */
+static inline void block_end(int rows, int r0, int b, int blocks, const float *scale, const __m512 *block_acc,
+                             __m512 *acc) {
+    for (int r = 0; r < rows; r++)
+        acc[r] = _mm512_fmadd_ps(block_acc[r], _mm512_set1_ps(scale[(size_t)(r0 + r) * blocks + b]), acc[r]);
+}
+
+/* Each row's 16 outputs of this tile (+ bias) into `out`. */
+static inline void store_rows(int rows, int r0, int tile, int N, const float *bias, float *out, const __m512 *acc) {
+    for (int r = 0; r < rows; r++) {
+        __m512 y = acc[r];
+        if (bias) y = _mm512_add_ps(y, _mm512_loadu_ps(bias + (size_t)tile * TILE));
+        _mm512_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE, y);
+    }
+}
+
 /* One tile of 16 output channels for rows r0.. r0+rows-1: the loop the kernel runs. Inlined with
  * constant `steps` and `bits`, so that the compiler unrolls the steps and drops the branches. */
 static inline __attribute__((always_inline)) void tile_rows(
@@ -152,18 +174,12 @@ static inline __attribute__((always_inline)) void tile_rows(
                     odd = _mm512_dpbusd_epi32(odd, w[s + 1], _mm512_set1_epi32(xg[s + 1]));
                 }
                 const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
-                block_acc[r] = _mm512_fmadd_ps(dot, sv, block_acc[r]);
-                block_acc[r] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(bsum[(size_t)(r0 + r) * groups + g]), block_acc[r]);
+                block_acc[r] = group_term(block_acc[r], dot, sv, mv, bsum[(size_t)(r0 + r) * groups + g]);
             }
         }
-        for (int r = 0; r < rows; r++)
-            acc[r] = _mm512_fmadd_ps(block_acc[r], _mm512_set1_ps(scale[(size_t)(r0 + r) * blocks + b]), acc[r]);
+        block_end(rows, r0, b, blocks, scale, block_acc, acc);
     }
-    for (int r = 0; r < rows; r++) {
-        __m512 y = acc[r];
-        if (bias) y = _mm512_add_ps(y, _mm512_loadu_ps(bias + (size_t)tile * TILE));
-        _mm512_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE, y);
-    }
+    store_rows(rows, r0, tile, N, bias, out, acc);
 }
 
 #else /* AVX2 */
@@ -177,6 +193,42 @@ static inline __m256 lanes_of(const int8_t *v) {
 static inline __m256i scale_pairs(const int8_t *v) {
     const __m256i s = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)v));
     return _mm256_or_si256(_mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s, 16));
+}
+
+/* A block's float combine, row by row, after its groups' integer dots (group scales applied): the
+ * minimum terms summed per row (exact: integers below 2^24), then acc += (dots * d - mins * dmin) *
+ * the row's scale. The AMX body (kquant_tiles.h) calls this very code, so a row gets the same bits. */
+static inline __attribute__((always_inline)) void combine_block(
+    int rows, int r0, int b, int blocks, int groups, int per_block, const float *scale, const float *bsum,
+    __m256 mvs[16][2], const float *d, const float *dmin, size_t at, __m256i (*dots)[2], __m256 (*acc)[2]) {
+    const __m256 dv[2] = {_mm256_loadu_ps(d + at), _mm256_loadu_ps(d + at + 8)};
+    const __m256 dminv[2] = {_mm256_loadu_ps(dmin + at), _mm256_loadu_ps(dmin + at + 8)};
+    for (int r = 0; r < rows; r++) {
+        const __m256 rs = _mm256_set1_ps(scale[(size_t)(r0 + r) * blocks + b]);
+        const float *rb = bsum + (size_t)(r0 + r) * groups + (size_t)b * per_block;
+        __m256 mins[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int gb = 0; gb < per_block; gb++) {
+            const __m256 x = _mm256_broadcast_ss(rb + gb);
+            mins[0] = _mm256_fmadd_ps(mvs[gb][0], x, mins[0]);
+            mins[1] = _mm256_fmadd_ps(mvs[gb][1], x, mins[1]);
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 v = _mm256_fmsub_ps(_mm256_cvtepi32_ps(dots[r][h]), dv[h], _mm256_mul_ps(mins[h], dminv[h]));
+            acc[r][h] = _mm256_fmadd_ps(v, rs, acc[r][h]);
+        }
+    }
+}
+
+/* Each row's 16 outputs of this tile (+ bias) into `out`. */
+static inline __attribute__((always_inline)) void store_rows(int rows, int r0, int tile, int N, const float *bias,
+                                                             float *out, __m256 (*acc)[2]) {
+    for (int r = 0; r < rows; r++) {
+        for (int h = 0; h < 2; h++) {
+            __m256 y = acc[r][h];
+            if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias + (size_t)tile * TILE + 8 * h));
+            _mm256_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE + 8 * h, y);
+        }
+    }
 }
 
 /* The AVX-512 body's loop with each 16-channel vector as two halves of 8 (h = 0, 1), and the group
@@ -239,30 +291,9 @@ static inline __attribute__((always_inline)) void tile_rows(
                 }
             }
         }
-        const __m256 dv[2] = {_mm256_loadu_ps(d + at), _mm256_loadu_ps(d + at + 8)};
-        const __m256 dminv[2] = {_mm256_loadu_ps(dmin + at), _mm256_loadu_ps(dmin + at + 8)};
-        for (int r = 0; r < rows; r++) {
-            const __m256 rs = _mm256_set1_ps(scale[(size_t)(r0 + r) * blocks + b]);
-            const float *rb = bsum + (size_t)(r0 + r) * groups + (size_t)b * per_block;
-            __m256 mins[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int gb = 0; gb < per_block; gb++) { /* exact: integers below 2^24 */
-                const __m256 x = _mm256_broadcast_ss(rb + gb);
-                mins[0] = _mm256_fmadd_ps(mvs[gb][0], x, mins[0]);
-                mins[1] = _mm256_fmadd_ps(mvs[gb][1], x, mins[1]);
-            }
-            for (int h = 0; h < 2; h++) {
-                const __m256 v = _mm256_fmsub_ps(_mm256_cvtepi32_ps(dots[r][h]), dv[h], _mm256_mul_ps(mins[h], dminv[h]));
-                acc[r][h] = _mm256_fmadd_ps(v, rs, acc[r][h]);
-            }
-        }
+        combine_block(rows, r0, b, blocks, groups, per_block, scale, bsum, mvs, d, dmin, at, dots, acc);
     }
-    for (int r = 0; r < rows; r++) {
-        for (int h = 0; h < 2; h++) {
-            __m256 y = acc[r][h];
-            if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias + (size_t)tile * TILE + 8 * h));
-            _mm256_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE + 8 * h, y);
-        }
-    }
+    store_rows(rows, r0, tile, N, bias, out, acc);
 }
 
 #endif

@@ -227,18 +227,12 @@ static inline __attribute__((always_inline)) void tile_rows_amx(TILE_ROWS_ARGS) 
             group_dots(steps, bits, gc, xq + (size_t)r0 * K + (size_t)g * G, K, dots);
             for (int r = 0; r < rows; r++) {
                 const __m512 dot = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)dots[r]));
-                block_acc[r] = _mm512_fmadd_ps(dot, sv, block_acc[r]);
-                block_acc[r] = _mm512_fnmadd_ps(mv, _mm512_set1_ps(bsum[(size_t)(r0 + r) * groups + g]), block_acc[r]);
+                block_acc[r] = group_term(block_acc[r], dot, sv, mv, bsum[(size_t)(r0 + r) * groups + g]);
             }
         }
-        for (int r = 0; r < rows; r++)
-            acc[r] = _mm512_fmadd_ps(block_acc[r], _mm512_set1_ps(scale[(size_t)(r0 + r) * blocks + b]), acc[r]);
+        block_end(rows, r0, b, blocks, scale, block_acc, acc);
     }
-    for (int r = 0; r < rows; r++) {
-        __m512 y = acc[r];
-        if (bias) y = _mm512_add_ps(y, _mm512_loadu_ps(bias + (size_t)tile * TILE));
-        _mm512_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE, y);
-    }
+    store_rows(rows, r0, tile, N, bias, out, acc);
 }
 
 #else /* AVX2: only the reference reaches here (no AMX CPU lacks AVX-512), for the tests */
@@ -272,30 +266,9 @@ static inline __attribute__((always_inline)) void tile_rows_amx(TILE_ROWS_ARGS) 
                     block_dots[r][h] = _mm256_add_epi32(block_dots[r][h], _mm256_mullo_epi32(dot, sv[h]));
                 }
         }
-        const __m256 dv[2] = {_mm256_loadu_ps(d + at), _mm256_loadu_ps(d + at + 8)};
-        const __m256 dminv[2] = {_mm256_loadu_ps(dmin + at), _mm256_loadu_ps(dmin + at + 8)};
-        for (int r = 0; r < rows; r++) {
-            const __m256 rs = _mm256_set1_ps(scale[(size_t)(r0 + r) * blocks + b]);
-            const float *rb = bsum + (size_t)(r0 + r) * groups + (size_t)b * per_block;
-            __m256 mins[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-            for (int gb = 0; gb < per_block; gb++) {
-                const __m256 x = _mm256_broadcast_ss(rb + gb);
-                mins[0] = _mm256_fmadd_ps(mvs[gb][0], x, mins[0]);
-                mins[1] = _mm256_fmadd_ps(mvs[gb][1], x, mins[1]);
-            }
-            for (int h = 0; h < 2; h++) {
-                const __m256 v = _mm256_fmsub_ps(_mm256_cvtepi32_ps(block_dots[r][h]), dv[h], _mm256_mul_ps(mins[h], dminv[h]));
-                acc[r][h] = _mm256_fmadd_ps(v, rs, acc[r][h]);
-            }
-        }
+        combine_block(rows, r0, b, blocks, groups, per_block, scale, bsum, mvs, d, dmin, at, block_dots, acc);
     }
-    for (int r = 0; r < rows; r++) {
-        for (int h = 0; h < 2; h++) {
-            __m256 y = acc[r][h];
-            if (bias) y = _mm256_add_ps(y, _mm256_loadu_ps(bias + (size_t)tile * TILE + 8 * h));
-            _mm256_storeu_ps(out + (size_t)(r0 + r) * N + (size_t)tile * TILE + 8 * h, y);
-        }
-    }
+    store_rows(rows, r0, tile, N, bias, out, acc);
 }
 
 #endif
