@@ -120,6 +120,7 @@ def test_the_real_probe_child_answers_for_a_kernel_without_the_tile_body(tmp_pat
     assert found == kquant_tiles.Verdict(0, "this kernel was built without the AMX body")
 
 
+@pytest.mark.slow
 def test_the_set_up_runs_the_tiles_from_the_verdicts_rows_and_says_so(reference, monkeypatch):
     target, plain = kquant_llama(6), kquant_llama(6)
     packed = random_packing(target, 6)

@@ -63,6 +63,7 @@ def run(job: SetUpJob, tiny: TinyFiles, requirements: Path | None = None,
     return state
 
 
+@pytest.mark.slow
 def test_the_job_runs_the_stages_in_order_and_ends_ready(cache, tiny, monkeypatch):
     job = SetUpJob()
     assert job.state(PRESET).phase == "not set up"
@@ -77,6 +78,7 @@ def test_the_job_runs_the_stages_in_order_and_ends_ready(cache, tiny, monkeypatc
     assert again.state(PRESET).phase == "ready" and again.start(PRESET).phase == "ready"  # nothing to do
 
 
+@pytest.mark.slow
 def test_progress_is_a_record_the_page_reads(cache, tiny, monkeypatch):
     job = SetUpJob()
     records: list[SetUpState] = []
@@ -91,6 +93,7 @@ def test_progress_is_a_record_the_page_reads(cache, tiny, monkeypatch):
 
 @pytest.mark.parametrize("stage, at_call", [("download", 2), ("join", 2), ("unpack", 2), ("unpack", 3)],
                          ids=["mid-download", "mid-join", "mid-unpack-read", "mid-unpack-saved"])
+@pytest.mark.slow
 def test_a_cancel_leaves_the_cache_clean_and_the_next_set_up_succeeds(cache, tiny, monkeypatch, stage, at_call):
     """download, 2nd report: pip is running (its first check for a cancel); join, 2nd: after the first
     chunk; unpack, 2nd: the target's model read, not saved; 3rd: saved under its temporary name."""
@@ -127,6 +130,7 @@ def test_no_network_is_one_line(cache, tiny):
     assert leftovers(cache) == []
 
 
+@pytest.mark.slow
 def test_two_callers_share_one_job(cache, tiny, monkeypatch):
     job = SetUpJob()
     downloads: list[Path] = []

@@ -50,6 +50,7 @@ def test_the_kept_layer_gives_the_full_layers_logits_on_kept_ids_and_minus_inf_e
     assert_kept_only(logits(model, prompt), full, KEPT)
 
 
+@pytest.mark.slow
 def test_greedy_speculation_with_the_kept_layer_stays_lossless():
     """The target verifies on the full vocabulary: a draft that cannot say some tokens drafts worse there,
     never changes the answer."""
@@ -59,6 +60,7 @@ def test_greedy_speculation_with_the_kept_layer_stays_lossless():
     assert accepted_losslessly(build_pair("tiny-kept", target, draft, tokenizer=None)) > 0
 
 
+@pytest.mark.slow
 def test_the_bundled_int8_draft_keeps_its_rows_before_it_is_quantized():
     """(Its weights' int8 scale is per layer, so the kept rows' values differ a little from the full
     layer's: compared with it only through the lossless check.)"""
@@ -77,6 +79,7 @@ def kernel(tmp_path_factory) -> Path:
     return kquant.build(tmp_path_factory.mktemp("kernels"), here.flags)
 
 
+@pytest.mark.slow
 def test_on_k_quant_codes_the_kept_rows_are_the_full_layers_bits(kernel):
     """Kept before the precision set-up, the rows get the codes they get in the full layer (a row is
     quantized alone) and the kernel computes each from its own tile: the same bits."""
