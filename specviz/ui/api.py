@@ -37,11 +37,10 @@ def pair_state(preset: str) -> dict[str, Any]:
     from ..pair.models import load_state
     from ..pair.setup_job import JOB
 
-    chosen = get_preset(preset)
-    state = JOB.state(preset).to_dict() if chosen.setup else {"preset": preset, "phase": "ready"}
-    state["loaded"] = load_state(preset).phase
-    state["line"] = JOB.state(preset).line() if chosen.setup else ""
-    return state
+    if not get_preset(preset).setup:
+        return {"preset": preset, "phase": "ready", "loaded": load_state(preset).phase, "line": ""}
+    setting_up = JOB.state(preset)  # read once: its fields and its line describe the same moment
+    return {**setting_up.to_dict(), "loaded": load_state(preset).phase, "line": setting_up.line()}
 
 
 def examples() -> list[dict[str, str]]:
