@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 MODES = "static:5,heuristic:5,dynamic:0.4,adaptive:0.4,entropy:1.0,oracle"
 MAX_NEW_TOKENS = 40  # 8 to 20 rounds a policy; the study checks the same over 128
-PER_SUITE = 3  # 9 prompts: coding, summarization, questions
+PER_SUITE = 2  # 6 prompts: coding, summarization, questions (3 each took 4.7 and 3.8 min of a worker)
 
 
 def suite_prompts():
@@ -44,7 +44,7 @@ def comparisons(request):
 
 def test_prompts_come_from_every_suite():
     assert {item.suite for item in suite_prompts()} == {"coding", "summarization", "questions"}
-    assert len(suite_prompts()) >= 8
+    assert len(suite_prompts()) >= 6
 
 
 def test_every_round_meets_the_ideal_line(comparisons):
@@ -56,7 +56,9 @@ def test_every_round_meets_the_ideal_line(comparisons):
             for r in trace.rounds:
                 assert r.accepted == min(r.lookahead, c.oracle_ideal[r.position]), (c.prompt[:40], trace.label, r)
                 checked += 1
-    assert checked > 300  # rounds over the 9 prompts (bf16 has the fewest: its draft is rarely wrong)
+    # Not a vacuous check: six policies make at least 20 rounds a prompt (about 37 on the bf16 pair, whose
+    # draft is rarely wrong: the fewest; the oracle alone can need 2)
+    assert checked >= 20 * len(runs), checked
 
 
 def test_every_policy_answers_at_length_and_the_int8_draft_is_wrong_at_times(comparisons):

@@ -40,20 +40,29 @@ def test_blocks_unpack_to_what_the_gguf_dequantizes_to(kind):
     assert np.array_equal(kquant.pack(kind, raw, 32, 512).weights().numpy(), reference)
 
 
-def test_a_gguf_file_packs_its_k_quant_linear_layers_and_only_those(tmp_path):
-    generator, path = np.random.default_rng(1), tmp_path / "tiny.gguf"
-    blocks = {"blk.0.ffn_up.weight": (kquant.Q4_K, 48, 512), "blk.0.ffn_down.weight": (kquant.Q6_K, 32, 256),
-              "blk.0.ffn_gate.weight": (kquant.Q4_K, 32, 512),
-              "output.weight": (kquant.Q6_K, 16, 256), "token_embd.weight": (kquant.Q4_K, 16, 256)}
-    raws = {name: kquant.random_blocks(kind, out, into, generator) for name, (kind, out, into) in blocks.items()}
+KQUANT_BLOCKS = {"blk.0.ffn_up.weight": (kquant.Q4_K, 48, 512), "blk.0.ffn_down.weight": (kquant.Q6_K, 32, 256),
+                 "blk.0.ffn_gate.weight": (kquant.Q4_K, 32, 512),
+                 "output.weight": (kquant.Q6_K, 16, 256), "token_embd.weight": (kquant.Q4_K, 16, 256)}
+
+
+def write_kquant_gguf(path: Path) -> dict[str, np.ndarray]:
+    """A GGUF file of KQUANT_BLOCKS' random K-quant blocks and one fp32 norm; returns the blocks by tensor name."""
+    generator = np.random.default_rng(1)
+    raws = {name: kquant.random_blocks(kind, out, into, generator) for name, (kind, out, into) in KQUANT_BLOCKS.items()}
     writer = GGUFWriter(str(path), "qwen2")
-    for name, (kind, out, into) in blocks.items():
+    for name, (kind, out, into) in KQUANT_BLOCKS.items():
         writer.add_tensor(name, raws[name].reshape(out, -1), raw_dtype=KINDS[kind])  # its shape in bytes
     writer.add_tensor("blk.0.attn_norm.weight", np.ones(256, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return raws
+
+
+def test_a_gguf_file_packs_its_k_quant_linear_layers_and_only_those(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    raws, blocks = write_kquant_gguf(path), KQUANT_BLOCKS
 
     destination = tmp_path / "packed.safetensors"
     assert kquant.pack_gguf(path, destination) == 4  # not the norm; gate and up joined

@@ -32,6 +32,7 @@ import torch
 from .. import settings
 from ..errors import SpecVizError
 from . import kquant, wheel_parts
+from .child_steps import ChildSteps
 from .presets import PRESETS, REAL_PAIR_PRESET, Preset, get_preset
 from .wheel_parts import SETUP_COMMAND, JoinedFile
 
@@ -63,7 +64,7 @@ def bundled_gguf_dir() -> Path:
     return folder
 
 
-def _unpack_gguf(folder: Path, gguf_file: str, destination: Path,
+def unpack_gguf(folder: Path, gguf_file: str, destination: Path,
                  checkpoint: Callable[[], None] | None = None) -> None:
     """Dequantize a GGUF file into an fp32 model and save it, with its tokenizer, as a safetensors
     folder, atomically: it is written under a temporary name and renamed into place when whole.
@@ -98,7 +99,7 @@ def _unpack_gguf(folder: Path, gguf_file: str, destination: Path,
 
 
 def _unpack_bundled(destination: Path) -> None:
-    _unpack_gguf(bundled_gguf_dir(), BUNDLED_GGUF, destination)
+    unpack_gguf(bundled_gguf_dir(), BUNDLED_GGUF, destination)
 
 
 def _out_of_memory(error: BaseException) -> bool:
@@ -308,7 +309,7 @@ def load_set_up_model(model: SetUpModel, preset: str, device: torch.device, dtyp
             # The copy did not load and the GGUF it was made from is gone: only set-up can help.
             raise _not_set_up(preset, model, damaged=True)
         say(f"Unpacking {model.label} from its GGUF into the cache (once; a minute or two)")
-        _unpack_gguf(joined_path(model).parent, model.joined.name, destination)
+        unpack_gguf(joined_path(model).parent, model.joined.name, destination)
 
     loaded, tokenizer = _load_cached(folder, dtype, unpack, say, model.label)
     # The safetensors copy is what loads from now on; the GGUF would only take disk space.
@@ -368,10 +369,13 @@ def set_up_pair(name: str = REAL_PAIR_PRESET, requirements: Path = REAL_PAIR_REQ
     needs_gguf = todo + [m for m in to_pack if m not in todo]
     to_join = [model for model in needs_gguf if not _joined_whole(model)]
     try:
-        if to_join:
-            _download_and_join(to_join, requirements, pip_args, say, report)
-        for model in needs_gguf:
-            _unpack_and_pack(model, model in todo, model in to_pack, say, report)
+        with ChildSteps() as child:  # unpacking and packing off the server's GIL, at the caller's priority
+            if needs_gguf:
+                child.start()  # its imports overlap the download
+            if to_join:
+                _download_and_join(to_join, requirements, pip_args, say, report)
+            for model in needs_gguf:
+                _unpack_and_pack(model, model in todo, model in to_pack, say, report, child)
     except BaseException:  # failed or cancelled: what this run made goes, so the next one starts clean
         for model in to_join:
             joined_path(model).unlink(missing_ok=True)
@@ -417,17 +421,20 @@ def _download_and_join(to_join: list[SetUpModel], requirements: Path, pip_args: 
 
 
 def _unpack_and_pack(model: SetUpModel, unpack: bool, pack: bool, say: Callable[[str], None],
-                     report: StageReport) -> None:
-    """The safetensors copy and (for a target) the packed K-quant layers, from the joined GGUF, which then goes."""
+                     report: StageReport, child: ChildSteps) -> None:
+    """The safetensors copy and (for a target) the packed K-quant layers, from the joined GGUF, which then
+    goes; the unpacking and packing run in `child`."""
     if unpack:
         say(f"Unpacking {model.label} into a safetensors copy in the cache (a minute or two, several GB of RAM)")
         report("unpack", 0, 1)
-        _unpack_gguf(joined_path(model).parent, model.joined.name, set_up_folder(model),
+        child.unpack(joined_path(model).parent, model.joined.name, set_up_folder(model),
                      lambda: report("unpack", 0, 1))
         report("unpack", 1, 1)
     if pack:
         report("pack", 0, 1)
-        _pack_kquant(model, say)
+        say(f"Packing {model.label}'s K-quant layers for the CPU kernel (once; under a minute)")
+        wheel_parts.remove_stale_temporaries(kquant_path(model))  # what a killed child staged
+        child.pack(joined_path(model), kquant_path(model))
         report("pack", 1, 1)
     joined_path(model).unlink()
     say(f"{model.label}: set up in {set_up_folder(model)}; deleted {model.joined.name}, which it was made from")
