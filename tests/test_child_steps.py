@@ -13,7 +13,7 @@ from test_kquant import write_kquant_gguf
 from tiny_gguf import tiny_qwen2, write_gguf
 
 from specviz.errors import SpecVizError
-from specviz.pair import kquant, weights
+from specviz.pair import kquant, unpack
 from specviz.pair.child_steps import ChildSteps
 from specviz.pair.wheel_parts import SETUP_COMMAND, SetUpCancelled
 
@@ -37,7 +37,7 @@ def test_the_child_makes_the_files_the_server_would(gguf, tmp_path):
     with ChildSteps() as child:
         child.unpack(gguf, "tiny.gguf", tmp_path / "child", lambda: checkpoints.append(1))
         child.pack(gguf / "kquant.gguf", tmp_path / "child.safetensors")
-    weights.unpack_gguf(gguf, "tiny.gguf", tmp_path / "here")
+    unpack.unpack_gguf(gguf, "tiny.gguf", tmp_path / "here")
     kquant.pack_gguf(gguf / "kquant.gguf", tmp_path / "here.safetensors")
 
     assert len(checkpoints) == 2  # after reading, after saving: where a cancel can stop it
@@ -75,7 +75,7 @@ def test_a_child_that_dies_is_one_line_and_the_next_unpacking_clears_what_it_sta
             child.unpack(gguf, "tiny.gguf", tmp_path / "out", killed_after_saving)
     assert "\n" not in str(raised.value) and SETUP_COMMAND in str(raised.value)
     assert len(staged(tmp_path)) == 1 and not (tmp_path / "out").exists()
-    weights.unpack_gguf(gguf, "tiny.gguf", tmp_path / "out")  # a dead process's staging folder goes
+    unpack.unpack_gguf(gguf, "tiny.gguf", tmp_path / "out")  # a dead process's staging folder goes
     assert staged(tmp_path) == [] and (tmp_path / "out" / "config.json").is_file()
 
 

