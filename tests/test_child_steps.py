@@ -17,7 +17,7 @@ from specviz.pair import kquant, unpack
 from specviz.pair.child_steps import ChildSteps
 from specviz.pair.wheel_parts import SETUP_COMMAND, SetUpCancelled
 
-pytestmark = pytest.mark.slow  # each test starts a Python that imports torch (2-4 s)
+pytestmark = pytest.mark.slow  # a child process imports torch (2-4 s)
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +28,22 @@ def gguf(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def child():
+    """One child for the tests that leave it alive: it takes step after step, after a cancel or an
+    error too, as a set-up of two models needs."""
+    with ChildSteps() as steps:
+        yield steps
+
+
 def staged(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name)
 
 
-def test_the_child_makes_the_files_the_server_would(gguf, tmp_path):
+def test_the_child_makes_the_files_the_server_would(gguf, tmp_path, child):
     checkpoints = []
-    with ChildSteps() as child:
-        child.unpack(gguf, "tiny.gguf", tmp_path / "child", lambda: checkpoints.append(1))
-        child.pack(gguf / "kquant.gguf", tmp_path / "child.safetensors")
+    child.unpack(gguf, "tiny.gguf", tmp_path / "child", lambda: checkpoints.append(1))
+    child.pack(gguf / "kquant.gguf", tmp_path / "child.safetensors")
     unpack.unpack_gguf(gguf, "tiny.gguf", tmp_path / "here")
     kquant.pack_gguf(gguf / "kquant.gguf", tmp_path / "here.safetensors")
 
@@ -51,7 +58,7 @@ def test_the_child_makes_the_files_the_server_would(gguf, tmp_path):
 
 
 @pytest.mark.parametrize("at_checkpoint", [1, 2], ids=["read-not-saved", "saved-not-renamed"])
-def test_a_cancel_at_a_checkpoint_leaves_nothing_staged(gguf, tmp_path, at_checkpoint):
+def test_a_cancel_at_a_checkpoint_leaves_nothing_staged(gguf, tmp_path, child, at_checkpoint):
     calls = []
 
     def cancel_there() -> None:
@@ -59,7 +66,7 @@ def test_a_cancel_at_a_checkpoint_leaves_nothing_staged(gguf, tmp_path, at_check
         if len(calls) == at_checkpoint:
             raise SetUpCancelled("cancelled")
 
-    with ChildSteps() as child, pytest.raises(SetUpCancelled):
+    with pytest.raises(SetUpCancelled):
         child.unpack(gguf, "tiny.gguf", tmp_path / "out", cancel_there)
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its staging copy
 
@@ -79,8 +86,8 @@ def test_a_child_that_dies_is_one_line_and_the_next_unpacking_clears_what_it_sta
     assert staged(tmp_path) == [] and (tmp_path / "out" / "config.json").is_file()
 
 
-def test_an_error_in_the_child_comes_back_as_an_error_of_the_set_up(tmp_path):
-    with ChildSteps() as child, pytest.raises((OSError, SpecVizError)) as raised:
+def test_an_error_in_the_child_comes_back_as_an_error_of_the_set_up(tmp_path, child):
+    with pytest.raises((OSError, SpecVizError)) as raised:
         child.unpack(tmp_path, "missing.gguf", tmp_path / "out", lambda: None)
     assert "\n" not in str(raised.value)
     assert list(tmp_path.iterdir()) == []
