@@ -355,9 +355,14 @@ def launch(demo: gr.Blocks, argv: list[str] | None = None) -> None:
     the public API is also served as MCP tools unless SPECVIZ_MCP=0."""
     options = server_options(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if setting_up_at_start():  # a Space whose default is the real pair: set it up while the bundled pair serves
-        JOB.start(DEFAULT_PRESET, then=lambda: setup_panel.load_in_background(DEFAULT_PRESET))
+    demo.launch(server_name=options.host, server_port=options.port, share=options.share,
+                theme=THEME, css=CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES, mcp_server=mcp_enabled(),
+                prevent_thread_lock=True)
+    # The model work starts once the page answers, not beside the server's own start on a 2-core machine:
+    # the default pair's load, and on a Space whose default is the real pair its set-up (pip, and the
+    # unpacking child's import of torch), while the bundled pair serves.
     if preloading():
         threading.Thread(target=preload, name="specviz-preload", daemon=True).start()
-    demo.launch(server_name=options.host, server_port=options.port, share=options.share,
-                theme=THEME, css=CSS, js=PAGE_JS, max_file_size=MAX_IMPORT_BYTES, mcp_server=mcp_enabled())
+    if setting_up_at_start():
+        JOB.start(DEFAULT_PRESET, then=lambda: setup_panel.load_in_background(DEFAULT_PRESET))
+    demo.block_thread()
