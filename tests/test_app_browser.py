@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 POLICIES = ["static", "heuristic", "dynamic", "oracle"]
 PROMPT = "Explain what a hash table is, with a short Python example."
-MAX_NEW_TOKENS = 48
+MAX_NEW_TOKENS = 40
 RUN_TIMEOUT_MS = 600_000  # generous: the CI machine has 2 cores and is often shared
 
 sync_api = pytest.importorskip("playwright.sync_api")
