@@ -1,8 +1,9 @@
 """The set-up's heavy steps, unpacking a GGUF and packing its K-quant codes, in a child process.
 
 Why a child: the unpacking is minutes of Python (the GGUF reader's numpy dequantization, saving
-safetensors) that held the GIL the serving thread needs, so a run on the bundled pair waited 1.8-3.6 s
-for its first coloured token while the page's set-up unpacked (2-core AMD EPYC, 2026-12-07). A child
+safetensors) that held the GIL the serving thread needs, so a run on the bundled pair waited 1.1-3.6 s
+for its first coloured token while the page's set-up unpacked (2-core AMD EPYC, 2026-12-07; setup_job.py
+has the figures with the child). A child
 holds its own GIL, runs one torch thread, and inherits the calling thread's priority (the page's set-up
 job runs at nice 19, setup_job.py); its several GB of dequantized weights go back to the system when it
 ends, not to the server's heap.

@@ -13,8 +13,10 @@ The job yields the CPU to the pair that serves meanwhile: its thread (and pip, a
 that unpacks and packs, which inherit it) runs at the lowest priority where Linux allows a thread its
 own, and its work is single-threaded. The unpacking runs in that child (child_steps.py) because in this
 thread its Python held the GIL the serving run needs: measured on a 2-core AMD EPYC (2026-12-07), the
-bundled pair's first coloured token came 1.1-3.6 s after Run while the set-up unpacked in this process,
-and 0.89-1.05 s with the child, as with no set-up running (0.90-1.04 s).
+bundled pair's first coloured token came 1.1-3.6 s after Run while the set-up unpacked in this process
+(read by Playwright's polling, 0.2-0.5 s late), and with the child, on the page's own clock, 0.51-0.81 s
+in 28 of 29 runs (one 1.10 s, while joining), as with no set-up running (0.55-0.79 s):
+scripts/bench_first_token.py, docs/BENCHMARKS-log.md.
 """
 
 from __future__ import annotations

@@ -228,9 +228,12 @@ def kquant_layers(model_id: str) -> dict[str, kquant.Packed]:
     return kquant.read_packed(kquant_path(model))
 
 
-def _pack_kquant(model: SetUpModel, say: Callable[[str], None]) -> None:
+def _pack_kquant(model: SetUpModel, say: Callable[[str], None],
+                 pack: Callable[[Path, Path], object] = kquant.pack_gguf) -> None:
+    """Pack the model's K-quant layers from its joined GGUF with `pack` (the set-up's child's, or here)."""
     say(f"Packing {model.label}'s K-quant layers for the CPU kernel (once; under a minute)")
-    kquant.pack_gguf(joined_path(model), kquant_path(model))
+    wheel_parts.remove_stale_temporaries(kquant_path(model))  # what a killed packing staged
+    pack(joined_path(model), kquant_path(model))
 
 
 def joined_path(model: SetUpModel) -> Path:
@@ -398,9 +401,7 @@ def _unpack_and_pack(model: SetUpModel, unpack: bool, pack: bool, say: Callable[
         report("unpack", 1, 1)
     if pack:
         report("pack", 0, 1)
-        say(f"Packing {model.label}'s K-quant layers for the CPU kernel (once; under a minute)")
-        wheel_parts.remove_stale_temporaries(kquant_path(model))  # what a killed child staged
-        child.pack(joined_path(model), kquant_path(model))
+        _pack_kquant(model, say, child.pack)
         report("pack", 1, 1)
     joined_path(model).unlink()
     say(f"{model.label}: set up in {set_up_folder(model)}; deleted {model.joined.name}, which it was made from")
