@@ -143,7 +143,13 @@ def test_the_first_screen_shows_prompt_run_and_the_columns_first_tokens(modelles
     for label in ("min-value", "max-value"):
         box = page.locator(f"#max-new-tokens [data-testid='{label}']").bounding_box()
         assert box and slider["x"] <= box["x"] and box["x"] + box["width"] <= slider["x"] + slider["width"], (label, box)
+    assert page.evaluate("() => window.scrollY") == 0
     page.click("#example-0")
+    # Playwright's click scrolls the page itself when an attempt misses (each retry aligns the button
+    # differently: CI once saw 267 px, the page's whole overflow, on a busy machine); a person's click
+    # does not. The comparison arrives after a server round trip, so scrolling back here still
+    # catches the page scrolling to its results.
+    page.evaluate("() => window.scrollTo(0, 0)")
     page.wait_for_function("(ps) => ps.every(p => document.querySelector('#col-' + p + ' .specviz-metrics'))",
                            arg=POLICIES, timeout=30_000)
     page.screenshot(path=str(tmp_path / f"first-screen-{width}x{height}.png"))
