@@ -14,7 +14,7 @@ from specviz.decoding.drafters import ModelDrafter, Sampler
 from specviz.decoding.drafts import DRAFTS, DraftSpec, parse_draft
 from specviz.decoding.engine import generate, target_only
 from specviz.decoding.hybrid import HybridSettings
-from specviz.decoding.lookup import propose
+from specviz.decoding.lookup import STEP_MS, propose
 from specviz.decoding.oracle import finish, make_oracle
 from specviz.decoding.policies import Adaptive, CostAware, Dynamic, Entropy, Heuristic, PassCosts, Static
 from specviz.decoding.trace import Comparison
@@ -72,7 +72,8 @@ def test_the_hybrid_is_a_draft_of_its_own_with_lookups_settings_and_the_models_p
     assert parse_draft("hybrid:2:10:1") == DraftSpec("hybrid", DEFAULT.to_dict())
     assert DraftSpec.of("hybrid").label == "hybrid (n-gram 3-4, 10 tokens)"
     measured = PassCosts(20.0, (30.0, 31.0), catch_up_ms=(20.0, 21.0))
-    assert HYBRID.prices(measured) == measured  # the model's calls are its passes: the model's prices
+    # the model's calls are its passes, at the model's prices; a copied token at lookup's step
+    assert HYBRID.prices(measured) == PassCosts(20.0, (30.0, 31.0), (20.0, 21.0), copy_ms=STEP_MS)
     from specviz.errors import SpecVizError
 
     with pytest.raises(SpecVizError, match="n-gram size must be a whole number from 1 to 8"):
@@ -213,7 +214,7 @@ def test_the_hybrid_oracle_needs_fewest_target_passes_and_every_round_meets_the_
     assert along == model_along and len(ideal) == len(reference)  # the model draft's table, kept for the what-if
     best = generate(tiny_pair, prompt, oracle, TOKENS, make_drafter=make())
     assert best.token_ids == reference and all(r.accepted == r.lookahead for r in best.rounds)
-    for policy in [*greedy_policies(), CostAware(PassCosts(5.0, (10.0, 11.0, 12.0)))]:
+    for policy in [*greedy_policies(), CostAware(HYBRID.prices(PassCosts(5.0, (10.0, 11.0, 12.0))))]:
         trace = generate(tiny_pair, prompt, policy, TOKENS, make_drafter=make())
         assert best.target_passes <= trace.target_passes, policy.label
         assert all(r.accepted == min(r.lookahead, ideal[r.position]) for r in trace.rounds), policy.label
@@ -241,7 +242,8 @@ def test_the_hybrid_ideal_is_the_models_where_nothing_is_copied_and_runs_on_afte
 def replay_policies():
     return [Static(1), Static(4), Static(10), Heuristic(2), Heuristic(5), Dynamic(0.3, max_tokens=20),
             Dynamic(0.7, max_tokens=20), Adaptive(0.4), Entropy(0.5, max_tokens=20),
-            CostAware(PassCosts(5.0, (10.0, 11.0, 12.0)))]
+            CostAware(PassCosts(5.0, (10.0, 11.0, 12.0))),
+            CostAware(HYBRID.prices(PassCosts(5.0, (10.0, 11.0, 12.0))))]  # copies at lookup's step
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

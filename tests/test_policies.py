@@ -354,6 +354,44 @@ def test_cost_aware_prices_a_plain_stretch_by_the_draft_s_catch_up():
     assert runs["together"] == pytest.approx(plain + 10.0 * 2 + 12.0)  # the backlog of 6 in one call
 
 
+def test_cost_aware_copies_on_where_a_copied_token_costs_no_draft_call():
+    """A hybrid draft's copy costs lookup's step, not a model call: on a copy whose tokens are a
+    coin toss each, the rule goes on copying, and stops where the same chances come from the model."""
+    hybrid = PassCosts(20.0, (40.0, 41.0, 42.0, 43.0, 44.0, 45.0), copy_ms=0.05)
+    model = CostAware(hybrid)
+    model.start_round(0)
+    assert not model.keep_drafting(DraftStep(0, 7, 0.5))  # the model's token: one more call is not worth it
+    copy = CostAware(hybrid)
+    copy.start_round(0)
+    assert copy.keep_drafting(DraftStep(0, 7, 0.5, copied=4))  # the next is a copy too: nearly free
+    assert not copy.keep_drafting(DraftStep(3, 7, 0.5, copied=4))  # the copy's last: the model's call comes next
+    lookup = CostAware(PassCosts(20.0, (40.0, 41.0, 42.0, 43.0)))  # no copy price: each step a draft call
+    lookup.start_round(0)
+    assert not lookup.keep_drafting(DraftStep(0, 7, 0.5, copied=4))
+    assert PassCosts.from_dict(hybrid.to_dict()) == hybrid
+
+
+def test_cost_aware_counts_a_copying_round_without_the_models_calls():
+    """A round that only copied leaves the model's cache as it was (its backlog grows); a round
+    that copied then drafted pays one catch-up over the backlog and the copies, then a call per
+    further model token."""
+    prices = PassCosts(10.0, (100.0, 110.0, 120.0, 130.0), catch_up_ms=(10.0, 12.0, 14.0, 16.0), copy_ms=0.5)
+    policy = CostAware(prices)
+    policy.start_round(0)
+    for index in range(2):
+        policy.keep_drafting(DraftStep(index, 0, 0.9, copied=2))
+    policy.end_round(2, 2, [0.9, 0.9])
+    assert policy.time_ms == pytest.approx(2 * 0.5 + 120.0) and policy.fed == -1  # no model call: nothing read
+    policy.start_round(3)
+    policy.keep_drafting(DraftStep(0, 0, 0.9, copied=1))
+    policy.keep_drafting(DraftStep(1, 0, 0.9))  # the model's first token
+    policy.keep_drafting(DraftStep(2, 0, 0.9))
+    policy.end_round(3, 3, [0.9] * 3)
+    # backlog 4 (positions 0-3) and 1 copy: one call of 4 rows and one of 1, then one more call
+    assert policy.time_ms == pytest.approx(121.0 + 0.5 + 16.0 + 10.0 + 10.0 + 130.0)
+    assert policy.fed == 3 + 2  # read up to its last token but one, as after any round
+
+
 def test_the_registry_holds_each_policy_once_and_every_reader_agrees_with_it():
     """One entry per policy: its settings' defaults read back through the mode string, its
     policy can be made (with what it needs), and the colours, columns and defaults come from it."""

@@ -182,11 +182,13 @@ class LivePassCosts:
                 else:
                     self.window.append(ratio)
                     self.by_window.setdefault(checked, _recent()).append(ratio)
-            if r.lookahead and r.draft_passes:  # a lookup draft's rounds make no draft call
+            if r.lookahead and r.draft_passes:  # a lookup draft's rounds (and a hybrid's copies) make no draft call
                 # What the round's draft calls cost at the measured prices: its catch-up (one call
-                # or one per token, drafters.ModelDrafter) and a call per further draft token.
-                expected = (self.measured.catch_up(feeding.backlog(r.position))
-                            + self.measured.draft_call_ms * (r.lookahead - 1))
+                # or one per token, drafters.ModelDrafter) over the backlog and a hybrid's copies,
+                # and a call per further draft token.
+                copies = r.draft_copied or 0
+                expected = (self.measured.catch_up(feeding.backlog(r.position) + copies)
+                            + self.measured.draft_call_ms * (r.lookahead - copies - 1))
                 if i > 0 and r.draft_s > r.draft_prefill_s:
                     self.draft_call.append((r.draft_s - r.draft_prefill_s) * 1000 / expected)
                 feeding.after_round(r.position, r.lookahead, r.accepted)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecVizError
@@ -195,11 +195,15 @@ class TextDraft(DraftKind):
 class HybridDraft(DraftKind):
     """Prompt lookup where the context matches, the pair's draft model where it does not or after
     the copy (hybrid.py). Its settings are lookup's and the shortest match it copies
-    (`hybrid.HybridSettings`); its calls are the model's draft passes, priced as the model's."""
+    (`hybrid.HybridSettings`); its calls are the model's draft passes, priced as the model's, and a
+    copied token at lookup's step."""
 
     @property
     def keeps_prompt(self) -> bool:
         return True
+
+    def prices(self, measured: PassCosts) -> PassCosts:
+        return replace(measured, copy_ms=lookup.STEP_MS)
 
     def settings_of(self, params: dict[str, Any]) -> hybrid.HybridSettings:
         return hybrid.HybridSettings(**{**self.defaults(), **params})

@@ -193,8 +193,9 @@ def round_steps(proposal: AlongReference, budget: int, policy: Policy, eos_ids: 
     the copied ones while the policy drafts on, then the model's until the budget, the policy or
     an EOS guess stops it."""
     steps: list[DraftStep] = []
+    copied = min(proposal.copied, budget)
     for index, (token, prob, entropy) in enumerate(proposal.views[:budget]):
-        steps.append(DraftStep(index, token, prob, entropy))
+        steps.append(DraftStep(index, token, prob, entropy, copied))
         modeled = index >= proposal.copied
         if (modeled and proposal.real(index) and token in eos_ids) or not policy.keep_drafting(steps[-1]):
             break

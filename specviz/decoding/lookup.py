@@ -110,9 +110,9 @@ def drafted(found: Lookup, budget: int, policy: Policy) -> list[DraftStep]:
 def drafted_and_more(found: Lookup, budget: int, policy: Policy) -> tuple[list[DraftStep], bool]:
     """`drafted`'s steps, and whether the policy would draft on past them (a hybrid draft's model
     then takes over)."""
-    steps = []
+    steps, copied = [], min(len(found.ids), budget)
     for index, (token, prob, entropy) in enumerate(zip(found.ids[:budget], found.probs, found.entropies)):
-        steps.append(DraftStep(index, token, prob, entropy))
+        steps.append(DraftStep(index, token, prob, entropy, copied))
         if not policy.keep_drafting(steps[-1]):
             return steps, False
     return steps, True

@@ -32,6 +32,12 @@ class DraftStep:
     token_id: int
     prob: float  # the draft's probability for the token it produced
     entropy: float = 0.0  # entropy (nats) of the draft's next-token distribution at this step
+    copied: int = 0  # the round's leading tokens copied from the context (a lookup's), this one's among them if index < copied
+
+    @property
+    def next_copied(self) -> bool:
+        """Whether the round's next token would be a copy too."""
+        return self.index + 1 < self.copied
 
 
 class Policy:
@@ -246,15 +252,23 @@ class PassCosts:
     """What a round costs on the machine at hand, in milliseconds: a draft call, the target's
     pass over a window of 1, 2, ... new tokens (`target_ms[w - 1]`; past the last, its slope), and,
     for a draft that reads a round's backlog of committed tokens in one call (drafters.ModelDrafter), that
-    call over 1, 2, ... tokens (`catch_up_ms`; empty: the draft reads them one call each)."""
+    call over 1, 2, ... tokens (`catch_up_ms`; empty: the draft reads them one call each). A draft
+    that copies some tokens from the context and calls a model for the rest (the hybrid) prices a
+    copied token at `copy_ms` (None: every token is a draft call, a lookup draft's own step among them)."""
 
     draft_call_ms: float
     target_ms: tuple[float, ...]
     catch_up_ms: tuple[float, ...] = ()
+    copy_ms: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.target_ms or not all(ms > 0 for ms in (self.draft_call_ms, *self.target_ms, *self.catch_up_ms)):
+        prices = (self.draft_call_ms, *self.target_ms, *self.catch_up_ms, *(() if self.copy_ms is None else (self.copy_ms,)))
+        if not self.target_ms or not all(ms > 0 for ms in prices):
             raise SpecVizError("Pass prices must be positive milliseconds, with at least a one-token pass.")
+
+    def step_ms(self, copied: bool) -> float:
+        """One more draft token: a copy's price, or a draft call."""
+        return self.copy_ms if copied and self.copy_ms is not None else self.draft_call_ms
 
     def verify_ms(self, window: int) -> float:
         return _along(self.target_ms, window)
@@ -271,11 +285,14 @@ class PassCosts:
         out: dict[str, Any] = {"draft_call_ms": self.draft_call_ms, "target_ms": list(self.target_ms)}
         if self.catch_up_ms:
             out["catch_up_ms"] = list(self.catch_up_ms)
+        if self.copy_ms is not None:
+            out["copy_ms"] = self.copy_ms
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PassCosts:
-        return cls(float(data["draft_call_ms"]), tuple(data["target_ms"]), tuple(data.get("catch_up_ms", ())))
+        return cls(float(data["draft_call_ms"]), tuple(data["target_ms"]), tuple(data.get("catch_up_ms", ())),
+                   data.get("copy_ms"))
 
 
 def _along(curve: tuple[float, ...], count: int) -> float:
@@ -417,6 +434,7 @@ class CostAware(Policy):
         self.position = 0
         self.plain_rounds = 0  # rounds in a row that drafted nothing
         self.alive = 1.0  # P(every token drafted so far this round is accepted)
+        self.copied = 0  # this round's tokens copied from the context so far (a hybrid draft's)
         self.plans: list[RoundPlan] = []  # per round, its start test (ui's round chart)
         self.decisions: list[list[Decision]] = []  # per round, every choice after its first token
 
@@ -485,7 +503,7 @@ class CostAware(Policy):
     # ---- the policy interface ----
 
     def start_round(self, position: int) -> int:
-        self.position, self.alive = position, 1.0
+        self.position, self.alive, self.copied = position, 1.0, 0
         self.decisions.append([])
         self.plans.append(self.plan(position))
         return self.max_tokens if self.plans[-1].drafts else 0
@@ -493,8 +511,10 @@ class CostAware(Policy):
     def keep_drafting(self, step: DraftStep) -> bool:
         chance = self.acceptance(step.prob)
         self.alive *= chance
+        self.copied += step.index < step.copied
         drafted = step.index + 1
-        cost = self.prices.draft_call_ms + self.prices.verify_ms(drafted + 2) - self.prices.verify_ms(drafted + 1)
+        cost = (self.prices.step_ms(step.next_copied)
+                + self.prices.verify_ms(drafted + 2) - self.prices.verify_ms(drafted + 1))
         decision = Decision(drafted + 1, self.alive * chance, cost, self.rate())
         self.decisions[-1].append(decision)
         return decision.drafts
@@ -504,13 +524,19 @@ class CostAware(Policy):
             b = min(self.BINS - 1, max(0, int(prob * self.BINS)))
             self.judged_in_bin[b] += 1
             self.accepted_in_bin[b] += i < accepted
-        if drafted:  # the backlog since the draft last read (its first call gives the first token), then a call per token
-            self.time_ms += (self.prices.catch_up(self.feeding.backlog(self.position))
-                             + self.prices.draft_call_ms * (drafted - 1))
+        # Copies are priced apart only where the prices say what one costs (a hybrid draft): its
+        # model reads the backlog and the copies in its first call, and a round that only copied
+        # leaves the model's cache as it was.
+        copies = self.copied if self.prices.copy_ms is not None else 0
+        modeled = drafted - copies
+        self.time_ms += copies * self.prices.step_ms(True)
+        if modeled:  # the backlog since the draft last read (its first call gives the first token), then a call per token
+            self.time_ms += (self.prices.catch_up(self.feeding.backlog(self.position) + copies)
+                             + self.prices.draft_call_ms * (modeled - 1))
+            self.feeding.after_round(self.position, drafted, accepted)
         self.time_ms += self.prices.verify_ms(drafted + 1)
         self.tokens += accepted + 1
         self.plain_rounds = 0 if drafted else self.plain_rounds + 1
-        self.feeding.after_round(self.position, drafted, accepted)
 
     @property
     def params(self) -> dict[str, Any]:
