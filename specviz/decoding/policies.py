@@ -399,7 +399,12 @@ class CostAware(Policy):
 
     Prices (`PassCosts`, measured on the pair, fixed for the run): a draft call, the target's pass
     V(w) over w new tokens, and a row-exact draft's catch-up call over 1, 2, ... tokens (a draft
-    that reads one call per token pays one call for its first token).
+    that reads one call per token pays one call for its first token). A hybrid draft's copied
+    token costs lookup's step instead of a call (`copy_ms`): within a copy, one more token costs
+    little more than its row of the verification pass, so the rule copies on where a model token
+    at the same chance would stop; the model's first call after a copy reads the copied tokens
+    with the backlog. The start test does not know whether the round will copy (the drafter
+    looks only once the round has a budget), so it prices the round as the model's.
 
     Acceptance: the draft's probability calibrated on the run's own verdicts, in ten bins of
     probability, accepted / judged with a prior worth `prior_weight` tokens that the draft is
