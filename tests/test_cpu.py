@@ -13,7 +13,7 @@ from specviz.decoding.costcurve import TIMED_ENOUGH, LivePassCosts, PassCostCurv
 from specviz.decoding.engine import decode_target_only, generate, target_only
 from specviz.decoding.policies import Dynamic, Heuristic, PassCosts, Static
 from specviz.decoding.trace import Baseline, Round, Trace
-from specviz.pair import cpu, setups
+from specviz.pair import cpu, forward, setups
 from specviz.pair.models import build_pair
 from specviz.pair.setups import bf16, fp32, int4, packing
 
@@ -128,7 +128,7 @@ def test_the_fp32_packed_set_up_is_row_exact_where_chosen_and_computes_what_fp32
     assert isinstance(model.lm_head, packing.PackedLinear) and model.lm_head.dtype == torch.float32
     for n, want in zip((1, 8, 40), expected):
         assert torch.allclose(logits(model, ids[:n]), want, atol=1e-4), n
-    assert cpu.rows_exact(model, window=8) and cpu.rows_exact(model, window=20)
+    assert forward.rows_exact(model, window=8) and forward.rows_exact(model, window=20)
 
 
 @pytest.mark.slow
@@ -241,7 +241,7 @@ def test_the_bf16_set_up_gives_a_row_the_same_bits_in_any_window():
     model = wide_llama(0)
     setups.prepare_target(model, "bf16")
     for context, window in [(5, 2), (40, 8), (100, 20)]:
-        assert cpu.rows_exact(model, context=context, window=window), (context, window)
+        assert forward.rows_exact(model, context=context, window=window), (context, window)
     assert packing.exact_row_sizes(wide_llama(1)) == cpu.ROW_SIZES  # the probe: one layer of the same widths
 
 

@@ -288,7 +288,7 @@ def _int8_row_draft(target):
 def test_a_row_exact_draft_catches_up_in_one_call_with_the_logits_of_one_by_one_feeding(tiny_pair):
     """The bundled int8 draft's set-up (dynamic int8 computed row by row, row attention) is row-exact:
     a backlog read in one call gives the very logits and cache that one call per token gives."""
-    from specviz.pair.cpu import draft_rows_exact
+    from specviz.pair.forward import draft_rows_exact
 
     draft = _int8_row_draft(tiny_pair.target)
     assert draft_rows_exact(draft)
@@ -311,7 +311,7 @@ def test_a_draft_that_is_not_row_exact_is_fed_one_token_per_call(tiny_pair):
     says so and its drafter reads the backlog one token per call."""
     import warnings
 
-    from specviz.pair.cpu import draft_rows_exact
+    from specviz.pair.forward import draft_rows_exact
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -13,7 +13,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter, quants
 from test_cpu import WITHOUT_BF16, accepted_losslessly
 
-from specviz.pair import cpu, kquant, setups
+from specviz.pair import cpu, forward, kquant, setups
 from specviz.pair.models import build_pair
 from specviz.pair.setups import kquant_codes
 
@@ -187,7 +187,7 @@ def test_a_target_on_k_quant_codes_is_row_exact_and_lossless(kernel):
     kquant_codes.to_kquant(draft, draft_packing, kernel)
     with torch.no_grad():
         draft.model.norm.weight.mul_(1 + 0.05 * torch.randn_like(draft.model.norm.weight))
-    assert cpu.rows_exact(target)
+    assert forward.rows_exact(target)
     assert accepted_losslessly(build_pair("tiny", target, draft, None)) > 0
 
 
@@ -311,7 +311,7 @@ def test_the_draft_gets_the_kernel_where_the_cpu_can_and_it_pays(kernel, monkeyp
     attention, mlp = draft.model.layers[0].self_attn, draft.model.layers[0].mlp
     assert isinstance(attention.q_proj, kquant.KQuantPart) and attention.q_proj.joint is attention.v_proj.joint
     assert isinstance(mlp.gate_proj, kquant.KQuantPart) and mlp.gate_proj.joint is mlp.up_proj.joint
-    assert cpu.rows_exact(draft)  # so a catch-up may feed it several tokens in one call
+    assert forward.rows_exact(draft)  # so a catch-up may feed it several tokens in one call
 
 
 def mapped(path: Path) -> bool:

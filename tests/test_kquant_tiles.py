@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_kquant import kquant_llama, random_packing
 
-from specviz.pair import cpu, kquant, kquant_tiles, setups
+from specviz.pair import cpu, forward, kquant, kquant_tiles, setups
 from specviz.pair.setups import kquant_codes
 
 here = cpu.machine()
@@ -134,7 +134,7 @@ def test_the_set_up_runs_the_tiles_from_the_verdicts_rows_and_says_so(reference,
     ids = torch.randint(0, 64, (1, 40), generator=torch.Generator().manual_seed(6))  # a prompt's prefill
     with torch.inference_mode():
         assert torch.equal(target(input_ids=ids).logits, plain(input_ids=ids).logits)
-    assert cpu.rows_exact(target)
+    assert forward.rows_exact(target)
 
 
 def test_a_refused_verdict_keeps_the_vnni_body_and_says_why(reference, monkeypatch):

@@ -17,7 +17,7 @@ from test_cpu import accepted_losslessly, logits, wide_llama
 from test_kquant import kquant_llama
 
 from specviz.errors import SpecVizError
-from specviz.pair import cpu, draft_head, kquant, models, setups, vocab
+from specviz.pair import cpu, draft_head, forward, kquant, models, setups, vocab
 from specviz.pair.models import build_pair
 from specviz.pair.presets import DEFAULT_PRESET
 
@@ -91,7 +91,7 @@ def test_on_k_quant_codes_the_kept_rows_are_the_full_layers_bits(kernel):
     assert isinstance(reduced.lm_head.linear, kquant.KQuantLinear) and reduced.lm_head.linear.out_features == 48
     prompt = ids(3)
     assert_kept_only(logits(reduced, prompt), logits(full, prompt), KEPT, exact=True)
-    assert cpu.rows_exact(reduced)  # so the draft still reads a round's backlog in one call
+    assert forward.rows_exact(reduced)  # so the draft still reads a round's backlog in one call
 
 
 # ---- which rows --------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ class ModelDrafter:
       than the drafted tokens (its last draft token was never read), after a round that drafted
       nothing two, after a stretch of plain rounds every token of it;
     - a draft whose rows are bitwise the same in a call of up to CATCH_UP_ROWS rows as alone
-      (`row_exact`, checked at load: cpu.rows_exact) reads them in one such call (feeding.py), which gives
+      (`row_exact`, checked at load: forward.rows_exact) reads them in one such call (feeding.py), which gives
       exactly the logits one call per token would; any other draft reads them one per call.
       Calls before the last skip the output layer: only the cache needs them;
     - each draft token is then read in a call of its own.

@@ -18,13 +18,13 @@ any length as in a one-token pass: greedy speculative decoding is then lossless 
 not by rounding luck. Attention as loaded is not (transformers' sdpa path lays out one query row
 differently from several, and the fused kernel's blocking depends on the row count), so a
 row-exact set-up computes attention one query row at a time, each with exactly the call of a
-one-token pass (`row_attention`). It is checked, never assumed: `rows_exact` compares windows of
+one-token pass (`row_attention`). It is checked, never assumed: `forward.rows_exact` compares windows of
 8 and 24 new tokens with one-token passes on a one-layer probe of the model's shapes (`probe_of`),
 before the model is converted, and a set-up that fails is not used.
 
 The draft's numbers need not equal anything: the engine feeds it so that its guess is a function
 of the text alone (drafters.ModelDrafter). It has to be cheap and to guess as well; a one-token call
-reads every weight once, so its price is its weights' bytes. `draft_rows_exact` then says whether
+reads every weight once, so its price is its weights' bytes. `forward.draft_rows_exact` then says whether
 the draft, as set up, may read a round's backlog in one call.
 
 Each timing is the median of five calls, in turns, on the model's widest Linear layer that both
@@ -246,32 +246,6 @@ def _register_row_attention() -> None:
 def use_row_attention(model: torch.nn.Module) -> None:
     _register_row_attention()
     model.set_attn_implementation(ROW_ATTENTION)
-
-
-def rows_exact(model: torch.nn.Module, context: int = 40, window: int = 8, seed: int = 0) -> bool:
-    """Whether the model's logits for a row are the same bits in a pass over `window` new tokens
-    as in one-token passes, after `context` tokens: the property the lossless check rests on."""
-    from .kvcache import new_cache
-
-    generator = torch.Generator().manual_seed(seed)
-    vocab = int(model.config.vocab_size)
-    ids = torch.randint(0, vocab, (1, context + window), generator=generator)
-    with torch.inference_mode():
-        one_pass = new_cache(model.config)
-        model(input_ids=ids[:, :context], cache=one_pass, use_cache=True)
-        together = model(input_ids=ids[:, context:], cache=one_pass, use_cache=True).logits[0]
-        one_by_one = new_cache(model.config)
-        model(input_ids=ids[:, :context], cache=one_by_one, use_cache=True)
-        apart = torch.cat([model(input_ids=ids[:, context + i: context + i + 1], cache=one_by_one,
-                                 use_cache=True).logits[0] for i in range(window)])
-    return torch.equal(together, apart)
-
-
-def draft_rows_exact(draft: torch.nn.Module) -> bool:
-    """Whether the draft, as set up, reads several tokens in a call with each row's logits the bits
-    of a call of its own (windows of 8 and 24 after 16 tokens): then it may catch up on a round's
-    backlog in one call (drafters.ModelDrafter). Checked on the draft itself: a second or two."""
-    return rows_exact(draft, context=16, window=8) and rows_exact(draft, context=16, window=24)
 
 
 def probe_of(model: torch.nn.Module, vocab: int | None = None) -> torch.nn.Module:

@@ -359,3 +359,5 @@ int kq_linear_tiles(int M, int N, int K, int G, int block, int bits, const uint8
     const int tiles = M >= tiles_from_rows && kq_tiles_ready(NULL) == TILES_READY;
     return linear(M, N, K, G, block, bits, codes, sc, mn, d, dmin, x, bias, out, threads, tiles);
 }
+
+#include "kquant_pass.h" /* a decoder's layers in one call (fused_pass.py) */

@@ -9,7 +9,7 @@ of the call with the CPU's integer dot product (AVX512-VNNI, or AVX2's pair of m
 way llama.cpp multiplies K-quants, but with all the rows sharing the unpacked tile. Activations are
 quantized to int8 per row and per block of 256 inputs (llama.cpp's Q8_K scheme), so a row's result
 depends on that row alone and is the same bits in a one-token pass and in a window: greedy
-speculative decoding stays lossless by construction, which `cpu.rows_exact` checks at load.
+speculative decoding stays lossless by construction, which `forward.rows_exact` checks at load.
 
 The weights are exactly the GGUF's: code, per-group integer scale and minimum, per-256 float
 scales, d*sc*code - dmin*mn. Only the activations are rounded (to 8 bits per value, as llama.cpp
@@ -42,6 +42,7 @@ from . import kquant_tiles
 
 Array: TypeAlias = np.ndarray | torch.Tensor
 SOURCE = Path(__file__).with_name("kquant.c")
+PASS_HEADER = SOURCE.with_name("kquant_pass.h")  # a decoder's layers in one call (fused_pass.py)
 COMMON_FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-mfma")
 # The instruction sets the kernel has a body for, best first: the name the model line gives it, the
 # /proc/cpuinfo flags it needs, and the compiler's flags that select that body.
@@ -280,7 +281,7 @@ def build(into: Path, flags: frozenset[str], reference_tiles: bool = False) -> P
 
 
 def _compiled(into: Path, chosen: tuple[str, ...]) -> Path:
-    sources = SOURCE.read_bytes() + kquant_tiles.HEADER.read_bytes()  # kquant.c includes the header
+    sources = SOURCE.read_bytes() + kquant_tiles.HEADER.read_bytes() + PASS_HEADER.read_bytes()  # kquant.c includes both
     digest = hashlib.sha256(sources + " ".join(chosen).encode()).hexdigest()[:16]
     library = into / f"kquant-{digest}.so"
     if library.is_file():

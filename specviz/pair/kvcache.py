@@ -38,6 +38,18 @@ class GrowingLayer(DynamicLayer):
         self._end_at(end)
         return self.keys, self.values
 
+    def reserve(self, end: int, like: torch.Tensor) -> None:
+        """Room for `end` positions in the buffers, for a caller that writes the rows itself (a
+        fused pass); `like` is shaped as a pass's keys. `written_to` then moves the end."""
+        if not self.is_initialized:
+            self.lazy_initialization(like, like)
+        if self.key_buffer is None or end > self.key_buffer.shape[-2]:
+            self.key_buffer, self.value_buffer = (self._grown(buffer, like, end)
+                                                  for buffer in (self.key_buffer, self.value_buffer))
+
+    def written_to(self, end: int) -> None:
+        self._end_at(end)
+
     def _grown(self, buffer: torch.Tensor | None, states: torch.Tensor, end: int) -> torch.Tensor:
         size = max(end, ROOM, 2 * (0 if buffer is None else buffer.shape[-2]))
         grown = states.new_empty((*states.shape[:-2], size, states.shape[-1]))

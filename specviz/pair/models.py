@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import SpecVizError
-from . import cpu, draft_head, gpu, setups, vocab, weights
+from . import cpu, draft_head, forward, gpu, setups, vocab, weights
 from .presets import DEFAULT_PRESET, Preset, get_preset
 from .rows import CATCH_UP_ROWS
 from .setups.int8 import to_row_int8
@@ -185,7 +185,7 @@ def _load_preset(preset: Preset, name: str, progress: Callable[[str], None] | No
         pair.setup += f"; {draft_vocab.line}"
     if pair.device.type == "cpu":
         say("Checking whether the draft can catch up in one call")
-        pair.draft_row_exact = cpu.draft_rows_exact(pair.draft)
+        pair.draft_row_exact = forward.draft_rows_exact(pair.draft)
         pair.setup += ("; draft reads a round's backlog in one call (row-exact)" if pair.draft_row_exact
                        else "; draft reads its backlog one token per call (not row-exact)")
     if gpu.warms_up(pair.device):

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import cpu, kquant, kquant_tiles
+from .. import cpu, forward, fused_pass, kquant, kquant_tiles
 from ..cpu import DRAFT, TARGET, Ask, Choice, CpuSetup, Machine
 from .fp32 import WindowLinear
 from .int4 import Int4Linear
@@ -74,7 +74,7 @@ def kquant_rows_exact(model: torch.nn.Module, kernel: Path, tiles_from_rows: int
 
     cpu.replace_linears(probe, random_codes)
     cpu.use_row_attention(probe)
-    return cpu.rows_exact(probe, window=8) and cpu.rows_exact(probe, window=24)
+    return forward.rows_exact(probe, window=8) and forward.rows_exact(probe, window=24)
 
 
 def kquant_pays(model: torch.nn.Module, packed: Mapping[str, kquant.Packed], kernel: Path, native_bf16: bool,
@@ -219,8 +219,11 @@ def _prepare_draft(model: torch.nn.Module, kernel: Path, tiles_from_rows: int, t
     del codes
     cpu.own_memory(model)
     cpu.use_row_attention(model)  # one call over several tokens then gives each the bits of its own call
+    # a draft's one-token call is 24 layers of small products: in Python their dispatch cost about
+    # what the products did (fused_pass.py); the target keeps torch's layers, transformers' bits
+    fused = ", its layers in one C call" if fused_pass.attach(model, kernel) else ""
     return (f"draft 4-bit (SpecViz's own codes in groups of {kquant.GROUP[kquant.Q4]}, the K-quant kernel, "
-            f"row-exact{tiles_said})")
+            f"row-exact{tiles_said}{fused})")
 
 
 KQUANT = KQuant()

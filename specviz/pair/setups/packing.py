@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
-from .. import cpu
+from .. import cpu, forward
 from ..cpu import ROW_SIZES, TARGET, Ask, Choice, CpuSetup
 
 
@@ -90,7 +90,7 @@ def exact_row_sizes(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16)
         else:
             to_bf16_packed(probe, sizes)
         cpu.use_row_attention(probe)
-        exact = cpu.rows_exact(probe, window=8) and cpu.rows_exact(probe, window=24)
+        exact = forward.rows_exact(probe, window=8) and forward.rows_exact(probe, window=24)
         del probe
         cpu.give_back_memory()
         if exact:
