@@ -12,6 +12,8 @@
  *
  * Included by kquant.c after `linear`: portable C (the compiler vectorizes the loops). */
 
+#include <omp.h>
+
 typedef struct {
     int N, K, G, block, bits, tiles_from_rows; /* as KQuantLinear passes them to kq_linear_tiles */
     const uint8_t *codes;
@@ -105,7 +107,7 @@ int kq_decoder_pass(int rows, int start, int blocks, const kq_block *block, int 
     float *added = malloc(sizeof(float) * (size_t)rows * hidden);
     float *gate_up = malloc(sizeof(float) * (size_t)rows * 2 * intermediate);
     float *act = malloc(sizeof(float) * (size_t)rows * intermediate);
-    float *scores = malloc(sizeof(float) * (size_t)rows * heads * end);
+    float *scores = malloc(sizeof(float) * (size_t)threads * end); /* one row of scores per thread */
     int failed = !(normed && qkv && mixed && added && gate_up && act && scores);
     for (int b = 0; b < blocks && !failed; b++) {
         const kq_block *w = block + b;
@@ -133,7 +135,8 @@ int kq_decoder_pass(int rows, int start, int blocks, const kq_block *block, int 
             const int r = task / heads, h = task % heads, kv = h / group;
             const size_t cached = (size_t)kv * w->capacity * head_dim;
             attend(qkv + (size_t)r * qkv_width + h * head_dim, w->keys + cached, w->values + cached, start + r + 1,
-                   head_dim, scaling, scores + (size_t)task * end, mixed + (size_t)r * q_width + h * head_dim);
+                   head_dim, scaling, scores + (size_t)omp_get_thread_num() * end,
+                   mixed + (size_t)r * q_width + h * head_dim);
         }
         failed |= layer_call(&w->o, rows, mixed, added, threads);
         for (size_t i = 0; i < (size_t)rows * hidden; i++)
