@@ -77,7 +77,7 @@ class FusedLayers:
         """The residual stream (1, rows, hidden) after every layer; the cache holds the rows' keys and values."""
         rows = hidden.shape[1]
         start = cache.get_seq_length()
-        room = hidden.new_empty((1, self.kv_heads, rows, self.head_dim))
+        room = torch.empty((1, self.kv_heads, rows, self.head_dim), dtype=torch.float32)  # the C code's floats
         for block, layer in zip(self.blocks, cache.layers):  # kvcache.GrowingLayer's
             layer.reserve(start + rows, room)
             block.keys, block.values = layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr()
