@@ -79,7 +79,7 @@ class FusedLayers:
         start = cache.get_seq_length()
         room = torch.empty((1, self.kv_heads, rows, self.head_dim), dtype=torch.float32)  # the C code's floats
         for block, layer in zip(self.blocks, cache.layers):  # kvcache.GrowingLayer's
-            layer.reserve(start + rows, room)
+            layer.reserve(start + rows, room, room)
             block.keys, block.values = layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr()
             block.capacity = layer.key_buffer.shape[-2]
         x = hidden.to(torch.float32, copy=True).contiguous()  # the pass writes it in place
@@ -89,7 +89,7 @@ class FusedLayers:
                      cos.data_ptr(), sin.data_ptr(), x.data_ptr(), torch.get_num_threads()):
             raise MemoryError(f"no memory for a pass over {rows} rows")
         for _, layer in zip(self.blocks, cache.layers):
-            layer.written_to(start + rows)
+            layer.end_at(start + rows)
         return x.to(hidden.dtype)
 
 

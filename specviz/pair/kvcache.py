@@ -27,28 +27,22 @@ class GrowingLayer(DynamicLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args,
                **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + key_states.shape[-2] if self.is_initialized else key_states.shape[-2]
+        self.reserve(end, key_states, value_states)
+        self.key_buffer[..., self.length:end, :] = key_states
+        self.value_buffer[..., self.length:end, :] = value_states
+        self.end_at(end)
+        return self.keys, self.values
+
+    def reserve(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Room for `end` positions in the buffers, shaped and typed as a pass's keys and values:
+        `update` writes its rows there, as does a caller that writes them itself (a fused pass,
+        which then moves the end with `end_at`)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
         if self.key_buffer is None or end > self.key_buffer.shape[-2]:
             self.key_buffer, self.value_buffer = (self._grown(buffer, states, end) for buffer, states in
                                                   ((self.key_buffer, key_states), (self.value_buffer, value_states)))
-        self.key_buffer[..., self.length:end, :] = key_states
-        self.value_buffer[..., self.length:end, :] = value_states
-        self._end_at(end)
-        return self.keys, self.values
-
-    def reserve(self, end: int, like: torch.Tensor) -> None:
-        """Room for `end` positions in the buffers, for a caller that writes the rows itself (a
-        fused pass); `like` is shaped as a pass's keys. `written_to` then moves the end."""
-        if not self.is_initialized:
-            self.lazy_initialization(like, like)
-        if self.key_buffer is None or end > self.key_buffer.shape[-2]:
-            self.key_buffer, self.value_buffer = (self._grown(buffer, like, end)
-                                                  for buffer in (self.key_buffer, self.value_buffer))
-
-    def written_to(self, end: int) -> None:
-        self._end_at(end)
 
     def _grown(self, buffer: torch.Tensor | None, states: torch.Tensor, end: int) -> torch.Tensor:
         size = max(end, ROOM, 2 * (0 if buffer is None else buffer.shape[-2]))
@@ -57,7 +51,8 @@ class GrowingLayer(DynamicLayer):
             grown[..., :self.length, :] = buffer[..., :self.length, :]
         return grown
 
-    def _end_at(self, length: int) -> None:
+    def end_at(self, length: int) -> None:
+        """The cache holds the first `length` positions of its buffers."""
         self.length = length
         self.keys, self.values = self.key_buffer[..., :length, :], self.value_buffer[..., :length, :]
 
@@ -69,7 +64,7 @@ class GrowingLayer(DynamicLayer):
         if tokens_to_remove > 0:
             raise ValueError("crop takes a negative count of positions to remove")
         if tokens_to_remove and self.is_initialized:
-            self._end_at(max(0, self.length + tokens_to_remove))
+            self.end_at(max(0, self.length + tokens_to_remove))
 
 
 def new_cache(config: object) -> DynamicCache:
