@@ -10,7 +10,7 @@
  * n tokens gives each the bits of its own one-token pass. The bits differ from torch's layers (another
  * order of float sums): a model runs this pass for every call or for none.
  *
- * Included by kquant.c after `linear`: portable C (the compiler vectorizes the loops). */
+ * Included by kquant.c after kq_linear and kq_linear_tiles: portable C (the compiler vectorizes the loops). */
 
 #include <omp.h>
 
@@ -28,10 +28,13 @@ typedef struct {
     int capacity;
 } kq_block;
 
+/* The layer's product as KQuantLinear calls it: kq_linear_tiles where it has a tile threshold, else kq_linear. */
 static int layer_call(const kq_layer *w, int M, const float *x, float *out, int threads) {
-    const int tiles = w->tiles_from_rows && M >= w->tiles_from_rows && kq_tiles_ready(NULL) == TILES_READY;
-    return linear(M, w->N, w->K, w->G, w->block, w->bits, w->codes, w->sc, w->mn, w->d, w->dmin, x, w->bias, out,
-                  threads, tiles);
+    if (w->tiles_from_rows)
+        return kq_linear_tiles(M, w->N, w->K, w->G, w->block, w->bits, w->codes, w->sc, w->mn, w->d, w->dmin, x,
+                               w->bias, out, threads, w->tiles_from_rows);
+    return kq_linear(M, w->N, w->K, w->G, w->block, w->bits, w->codes, w->sc, w->mn, w->d, w->dmin, x, w->bias, out,
+                     threads);
 }
 
 /* Sums of products in 16 lanes, then the lanes in order: a fixed order whatever the pointers'
