@@ -148,7 +148,7 @@ class KQuant(CpuSetup):
     summary = ("the target on its GGUF's own K-quant codes, the draft on SpecViz's own 4-bit codes, both on "
                "SpecViz's kernel with attention one query row at a time (row-exact); the draft's decoder layers in "
                "one C call (`specviz/pair/fused_pass.py`: row-exact, not torch's bits, which a draft need not have; "
-               "its one-token call 22-40% shorter on an AMD EPYC); where the CPU has "
+               "its call's cost in docs/BENCHMARKS.md); where the CPU has "
                "AVX512-VNNI or AVX2 with FMA and it measures faster (the target: where set-up kept its codes); "
                "calls of several rows on AMX int8 tiles where the CPU has AMX and a probe finds them exact and faster")
     unasked_only = True
